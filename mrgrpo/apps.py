@@ -1,0 +1,288 @@
+"""Read APPS+ (StepCoder) and original APPS records into one typed `Problem`.
+
+Pure parsing: no code runs here. `read_problems(path)` yields a `Problem` for every good record and a
+`RecordError` (file, line, reason, raw text) for every bad one; it never raises on bad records, only on
+a missing or unreadable file.
+
+APPS+ (JSONL or a JSON array), one record per problem:
+  - `prompt`: starter code with the statement as the docstring of the entry point;
+  - `starter_code`: `def NAME():` (standard input/output; the zero-argument function reads stdin),
+    `def NAME(args):` (call-based, Codewars) or `class Solution:` + `def NAME(self, ...)` (LeetCode);
+  - `inputs` / `outputs`: stdio: lists of strings; call: argument lists, outputs wrapped as `[value]`,
+    and top-level string values stored as quoted Python literals (`"\\"abc\\""` is the string `abc`).
+Original APPS (JSONL or parquet): `question`, `solutions` (JSON list of strings), `starter_code`,
+`input_output` (JSON string `{"inputs", "outputs", "fn_name"?}`), `difficulty`, `problem_id`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DIFFICULTIES = ("introductory", "interview", "competition")
+_DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(([^)]*)\)", re.MULTILINE)
+_CLASS_SOLUTION_RE = re.compile(r"^\s*class\s+Solution\b", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Problem:
+    source_id: str
+    data_source: str  # "apps_plus" | "apps"
+    statement: str
+    io_mode: str  # "stdio" | "call"
+    fn_name: str | None
+    class_name: str | None  # "Solution" for LeetCode-style methods
+    starter_code: str
+    inputs: list  # stdio: list[str]; call: list[list] (decoded argument lists)
+    outputs: list  # stdio: list[str]; call: decoded return values (unwrapped)
+    difficulty: str
+    reference_solution: str | None  # runnable as is by the sandbox
+    notes: tuple[str, ...] = field(default=())  # parse-time observations, e.g. "undecoded_literal"
+
+    def ground_truth(self) -> dict[str, Any]:
+        """APPS-style ground truth: call outputs wrapped as `[value]`, with `fn_name` for call mode."""
+        if self.io_mode == "call":
+            return {"inputs": self.inputs, "outputs": [[o] for o in self.outputs], "fn_name": self.fn_name}
+        return {"inputs": self.inputs, "outputs": self.outputs}
+
+
+@dataclass(frozen=True)
+class RecordError:
+    where: str  # "path:line"
+    reason: str
+    raw: str  # the offending record's text (truncated)
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+class ProblemFormatError(ValueError):
+    """A record that cannot become a Problem. Its message names the field and the fault."""
+
+
+def _decode_literal(value: Any, notes: list[str]) -> Any:
+    """Top-level strings in call-based APPS+ tests are quoted Python literals; decode them."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        notes.append("undecoded_literal")
+        return value
+
+
+def _entry_point(starter_code: str) -> tuple[str, str | None, str | None]:
+    """(io_mode, fn_name, class_name) from the starter code."""
+    match = _DEF_RE.search(starter_code)
+    if match is None:
+        raise ProblemFormatError(f"starter_code has no `def NAME(` entry point: {starter_code[:80]!r}")
+    name, params = match.group(1), match.group(2).strip()
+    if _CLASS_SOLUTION_RE.search(starter_code):
+        return "call", name, "Solution"
+    if params:
+        return "call", name, None
+    return "stdio", name, None
+
+
+def _statement_from_prompt(prompt: str) -> str:
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        tree = None
+    if tree is not None:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                doc = ast.get_docstring(node, clean=True)
+                if doc:
+                    return doc
+    match = re.search(r'"""(.*?)(?:"""|\Z)', prompt, re.DOTALL)
+    if match and match.group(1).strip():
+        return match.group(1).strip()
+    raise ProblemFormatError("prompt has no docstring with the problem statement")
+
+
+def _as_list(value: Any, name: str) -> list:
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+            raise ProblemFormatError(f"`{name}` is a string that is not a Python/JSON list literal: {exc}") from None
+    if not isinstance(value, list):
+        raise ProblemFormatError(f"`{name}` must be a list, got {type(value).__name__}")
+    return value
+
+
+def _normalise_difficulty(value: Any) -> str:
+    text = str(value or "").strip().lower()
+    return text if text in DIFFICULTIES else "unknown"
+
+
+def _tests(io_mode: str, raw_inputs: list, raw_outputs: list, notes: list[str]) -> tuple[list, list]:
+    if len(raw_inputs) != len(raw_outputs):
+        raise ProblemFormatError(f"{len(raw_inputs)} inputs but {len(raw_outputs)} outputs")
+    if not raw_inputs:
+        raise ProblemFormatError("no tests")
+    if io_mode == "stdio":
+        for i, (x, y) in enumerate(zip(raw_inputs, raw_outputs)):
+            if not isinstance(x, str) or not isinstance(y, str):
+                raise ProblemFormatError(f"stdio test {i}: input and output must be strings")
+        return list(raw_inputs), list(raw_outputs)
+    inputs, outputs = [], []
+    for i, (args, out) in enumerate(zip(raw_inputs, raw_outputs)):
+        if not isinstance(args, list):
+            raise ProblemFormatError(f"call test {i}: the input must be an argument list")
+        inputs.append([_decode_literal(a, notes) for a in args])
+        if isinstance(out, list) and len(out) == 1:
+            out = out[0]
+        else:
+            notes.append("unwrapped_output")
+        outputs.append(_decode_literal(out, notes))
+    return inputs, outputs
+
+
+def problem_from_apps_plus(record: dict, source_id: str) -> Problem:
+    """One APPS+ record -> Problem. Raises ProblemFormatError naming the faulty field."""
+    for key in ("prompt", "starter_code", "inputs", "outputs"):
+        if key not in record:
+            raise ProblemFormatError(f"missing field `{key}`")
+    io_mode, fn_name, class_name = _entry_point(record["starter_code"])
+    notes: list[str] = []
+    inputs, outputs = _tests(io_mode, _as_list(record["inputs"], "inputs"), _as_list(record["outputs"], "outputs"),
+                             notes)
+    solution = record.get("canonical_solution")
+    reference = None
+    if isinstance(solution, str) and solution.strip():
+        reference = solution.rstrip() + f"\n\n{fn_name}()\n" if io_mode == "stdio" else solution.rstrip() + "\n"
+    return Problem(
+        source_id=str(record.get("id", source_id)),
+        data_source="apps_plus",
+        statement=_statement_from_prompt(record["prompt"]),
+        io_mode=io_mode,
+        fn_name=fn_name if io_mode == "call" else None,
+        class_name=class_name,
+        starter_code=record["starter_code"] if io_mode == "call" else "",
+        inputs=inputs,
+        outputs=outputs,
+        difficulty=_normalise_difficulty(record.get("difficulty")),
+        reference_solution=reference,
+        notes=tuple(dict.fromkeys(notes)),
+    )
+
+
+def problem_from_apps(record: dict, source_id: str) -> Problem:
+    """One original APPS record (`input_output` JSON) -> Problem."""
+    for key in ("question", "input_output"):
+        if key not in record or record[key] in (None, ""):
+            raise ProblemFormatError(f"missing field `{key}`")
+    io = record["input_output"]
+    if isinstance(io, str):
+        try:
+            io = json.loads(io)
+        except json.JSONDecodeError as exc:
+            raise ProblemFormatError(f"`input_output` is not valid JSON: {exc}") from None
+    if not isinstance(io, dict):
+        raise ProblemFormatError("`input_output` must be a JSON object")
+    fn_name = io.get("fn_name")
+    starter = record.get("starter_code") or ""
+    io_mode = "call" if fn_name else "stdio"
+    class_name = "Solution" if io_mode == "call" and _CLASS_SOLUTION_RE.search(starter) else None
+    notes: list[str] = []
+    raw_in, raw_out = io.get("inputs", []), io.get("outputs", [])
+    if io_mode == "call":  # APPS stores call arguments as real JSON values, never quoted literals
+        if len(raw_in) != len(raw_out) or not raw_in:
+            raise ProblemFormatError(f"{len(raw_in)} inputs but {len(raw_out)} outputs")
+        inputs = [list(a) if isinstance(a, list) else [a] for a in raw_in]
+        outputs = [o[0] if isinstance(o, list) and len(o) == 1 else o for o in raw_out]
+    else:
+        raw_in = ["\n".join(x) + "\n" if isinstance(x, list) else x for x in raw_in]
+        raw_out = ["\n".join(x) + "\n" if isinstance(x, list) else x for x in raw_out]
+        inputs, outputs = _tests(io_mode, raw_in, raw_out, notes)
+    solutions = record.get("solutions") or "[]"
+    if isinstance(solutions, str):
+        try:
+            solutions = json.loads(solutions)
+        except json.JSONDecodeError:
+            solutions, notes = [], [*notes, "bad_solutions_json"]
+    reference = solutions[0] if isinstance(solutions, list) and solutions and isinstance(solutions[0], str) else None
+    return Problem(
+        source_id=str(record.get("problem_id", record.get("id", source_id))),
+        data_source="apps",
+        statement=str(record["question"]).strip(),
+        io_mode=io_mode,
+        fn_name=fn_name,
+        class_name=class_name,
+        starter_code=starter,
+        inputs=inputs,
+        outputs=outputs,
+        difficulty=_normalise_difficulty(record.get("difficulty")),
+        reference_solution=reference,
+        notes=tuple(dict.fromkeys(notes)),
+    )
+
+
+def problem_from_record(record: Any, source_id: str) -> Problem:
+    """Detect the format of one record (APPS+ or APPS) and parse it."""
+    if not isinstance(record, dict):
+        raise ProblemFormatError(f"record must be a JSON object, got {type(record).__name__}")
+    if "input_output" in record:
+        return problem_from_apps(record, source_id)
+    return problem_from_apps_plus(record, source_id)
+
+
+def _raw_records(path: Path) -> Iterator[tuple[int, Any, str]]:
+    """(1-based line or item number, decoded record or a decode error string, raw text)."""
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        for i, row in enumerate(pd.read_parquet(path).to_dict(orient="records"), start=1):
+            yield i, row, ""
+        return
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ProblemFormatError(f"{path}: not a valid JSON array: {exc}") from None
+        for i, item in enumerate(items, start=1):
+            yield i, item, json.dumps(item)[:2000]
+        return
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield i, json.loads(line), line
+        except json.JSONDecodeError as exc:
+            yield i, _Undecodable(f"line is not valid JSON: {exc}"), line
+
+
+@dataclass(frozen=True)
+class _Undecodable:
+    reason: str
+
+
+def read_problems(path: str | Path) -> Iterator[Problem | RecordError]:
+    """Yield a Problem or a RecordError for every record of an APPS+/APPS file (.jsonl, .json, .parquet)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"APPS/APPS+ file not found: {path}")
+    for number, record, raw in _raw_records(path):
+        where = f"{path}:{number}"
+        if isinstance(record, _Undecodable):
+            yield RecordError(where, record.reason, raw[:2000])
+            continue
+        try:
+            yield problem_from_record(record, f"{path.stem}:{number}")
+        except ProblemFormatError as exc:
+            yield RecordError(where, str(exc), (raw or json.dumps(record, default=str))[:2000])
+
+
+def bundled_sample_path() -> Path:
+    """The APPS+ sample shipped with the package (150 problems)."""
+    from importlib.resources import files
+
+    return Path(str(files("mrgrpo") / "assets" / "apps_plus_sample.jsonl"))

@@ -1,0 +1,1 @@
+"""Offline builders for tests, examples and GPU smoke runs (no hub access)."""

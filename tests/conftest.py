@@ -1,0 +1,39 @@
+"""Shared fixtures. `tests/` is deliberately not a package (verl's wheel installs a top-level `tests`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def sample_path() -> Path:
+    """The bundled APPS+ sample (a copy of ../shared/data/apps_plus_sample.jsonl)."""
+    from mrgrpo.apps import bundled_sample_path
+
+    return bundled_sample_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory) -> Path:
+    """An offline byte-level BPE tokenizer with Qwen special tokens and a ChatML template."""
+    from mrgrpo.testing.tiny import build_tokenizer
+
+    out = tmp_path_factory.mktemp("tiny_tokenizer")
+    build_tokenizer(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
