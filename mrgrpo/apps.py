@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,7 +92,10 @@ def _entry_point(starter_code: str) -> tuple[str, str | None, str | None]:
 
 def _statement_from_prompt(prompt: str) -> str:
     try:
-        tree = ast.parse(prompt)
+        with warnings.catch_warnings():  # statements hold LaTeX such as "\\le": invalid-escape warnings
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            tree = ast.parse(prompt)
     except SyntaxError:
         tree = None
     if tree is not None:
@@ -99,7 +103,7 @@ def _statement_from_prompt(prompt: str) -> str:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 doc = ast.get_docstring(node, clean=True)
                 if doc:
-                    return doc
+                    return doc.strip()
     match = re.search(r'"""(.*?)(?:"""|\Z)', prompt, re.DOTALL)
     if match and match.group(1).strip():
         return match.group(1).strip()
@@ -128,12 +132,12 @@ def _tests(io_mode: str, raw_inputs: list, raw_outputs: list, notes: list[str]) 
     if not raw_inputs:
         raise ProblemFormatError("no tests")
     if io_mode == "stdio":
-        for i, (x, y) in enumerate(zip(raw_inputs, raw_outputs)):
+        for i, (x, y) in enumerate(zip(raw_inputs, raw_outputs, strict=True)):
             if not isinstance(x, str) or not isinstance(y, str):
                 raise ProblemFormatError(f"stdio test {i}: input and output must be strings")
         return list(raw_inputs), list(raw_outputs)
     inputs, outputs = [], []
-    for i, (args, out) in enumerate(zip(raw_inputs, raw_outputs)):
+    for i, (args, out) in enumerate(zip(raw_inputs, raw_outputs, strict=True)):
         if not isinstance(args, list):
             raise ProblemFormatError(f"call test {i}: the input must be an argument list")
         inputs.append([_decode_literal(a, notes) for a in args])

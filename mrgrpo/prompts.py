@@ -58,9 +58,7 @@ PLAN_SYSTEM_PROMPT = (
 CODE_AFTER_PLAN_PROMPT = "Now write the complete solution that implements your plan, in a single ```python block."
 
 FEEDBACK_HEADER = "Your solution failed {n_failed} of the {n_shown} public test(s) shown below."
-FEEDBACK_FOOTER = (
-    "Find the bug, then answer with the complete corrected solution in a single ```python block."
-)
+FEEDBACK_FOOTER = "Find the bug, then answer with the complete corrected solution in a single ```python block."
 
 
 def _entry_name(fn_name: str | None, class_name: str | None = None) -> str:

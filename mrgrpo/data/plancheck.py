@@ -86,7 +86,7 @@ def leak_reason(plan: str, reference: str | None) -> str:
     sm = SequenceMatcher(None, plan_flat, ref_flat, autojunk=False)
     m = sm.find_longest_match(0, len(plan_flat), 0, len(ref_flat))
     if m.size >= LEAK_MIN_COMMON_CHARS:
-        return f"leak: {m.size} characters in common with the reference, e.g. {plan_flat[m.a:m.a + 60]!r}"
+        return f"leak: {m.size} characters in common with the reference, e.g. {plan_flat[m.a : m.a + 60]!r}"
     return ""
 
 

@@ -16,6 +16,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+class DataError(RuntimeError):
+    """A failure of a data-pipeline stage as a whole (not of one input record, which is quarantined)."""
+
 
 def to_jsonable(value: Any) -> Any:
     """A JSON-representable version of ``value``: tuples -> lists, sets -> sorted lists, bytes -> str.
@@ -55,7 +62,7 @@ def _same(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, float) and (math.isnan(a) or math.isnan(b)):
@@ -91,6 +98,7 @@ def write_bytes_if_changed(path: str | os.PathLike, data: bytes) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

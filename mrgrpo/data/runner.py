@@ -1,0 +1,98 @@
+"""The one seam between the data pipeline and the sandbox: run reference programs against their tests.
+
+``SandboxRunner`` uses ``mrgrpo.sandbox`` (imported lazily); tests may pass any object with the same
+``run_many`` method. Results are cached by the caller, so a second run of the pipeline runs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class RefJob:
+    code: str
+    inputs: list
+    outputs: list  # stdio: strings; call: plain JSON values (unwrapped)
+    fn_name: str | None = None  # None -> stdio
+    float_tol: float | None = None
+    time_s: float | None = None  # per-test CPU limit; None -> the sandbox default
+
+
+@dataclass(frozen=True)
+class RefOutcome:
+    verdict: str  # a mrgrpo.sandbox.Verdict value: "AC", "WA", "RE", "TLE", ..., "INFRA"
+    passed: int
+    total: int
+    time_s: float
+    detail: str  # short message: the first failing test's verdict and stderr tail, or the INFRA reason
+
+
+class ReferenceRunner(Protocol):
+    def run_many(self, jobs: Sequence[RefJob], progress: bool = False) -> list[RefOutcome]: ...
+
+
+def _failure_detail(result) -> str:
+    """The sandbox's own message plus the stderr tail of the first failing test (if not already in it)."""
+    detail = getattr(result, "detail", "") or ""
+    for t in result.tests:
+        if str(getattr(t.verdict, "value", t.verdict)) != "AC":
+            tail = (t.stderr or "").strip().splitlines()[-1:]
+            if tail and tail[0][:200] not in detail:
+                detail += f" ({tail[0][:200]})"
+            if not detail:
+                detail = f"test {t.index}: {getattr(t.verdict, 'value', t.verdict)}"
+            if str(getattr(t.verdict, "value", t.verdict)) == "WA":
+                detail += f" (got {t.stdout[:120]!r})"
+            break
+    return detail.strip()[:500]
+
+
+class SandboxRunner:
+    """Runs reference programs in ``mrgrpo.sandbox`` with ``stop_on_first_failure=False`` (all tests run)."""
+
+    def __init__(self, workers: int | None = None):
+        try:
+            from mrgrpo import sandbox
+        except ImportError as e:
+            from mrgrpo.data.store import DataError
+
+            raise DataError(
+                "mrgrpo.data: cannot import mrgrpo.sandbox to run the reference solutions "
+                f"({e}); use --no-run-reference to skip that check"
+            ) from e
+        self._sandbox = sandbox
+        self.workers = workers
+
+    def _job(self, job: RefJob):
+        sb = self._sandbox
+        kwargs = dict(
+            code=job.code,
+            inputs=job.inputs,
+            outputs=job.outputs,
+            fn_name=job.fn_name,
+            float_tol=job.float_tol,
+            stop_on_first_failure=False,
+        )
+        if job.time_s is not None:
+            kwargs["limits"] = sb.Limits(time_s=job.time_s, wall_s=max(job.time_s * 3, job.time_s + 2))
+        return sb.Job(**kwargs)
+
+    def run_many(self, jobs: Sequence[RefJob], progress: bool = False) -> list[RefOutcome]:
+        if not jobs:
+            return []
+        results = self._sandbox.run_batch([self._job(j) for j in jobs], workers=self.workers, progress=progress)
+        if len(results) != len(jobs):
+            raise RuntimeError(f"mrgrpo.sandbox.run_batch returned {len(results)} results for {len(jobs)} jobs")
+        return [
+            RefOutcome(
+                verdict=str(getattr(r.verdict, "value", r.verdict)),
+                passed=int(r.passed),
+                total=int(r.total),
+                time_s=float(r.time_s),
+                detail="" if str(getattr(r.verdict, "value", r.verdict)) == "AC" else _failure_detail(r),
+            )
+            for r in results
+        ]

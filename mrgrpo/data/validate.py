@@ -1,0 +1,330 @@
+"""Stage 1: read APPS+/APPS records, quarantine bad ones, run every reference solution, flag special items,
+split public/hidden tests. Writes ``problems.jsonl`` and ``quarantine.jsonl``.
+
+Every input record ends in exactly one of the two files. A reference run is cached by a hash of what
+it ran (``cache/reference_runs.jsonl``), so re-running the stage runs nothing in the sandbox.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mrgrpo.apps import Problem, RecordError, read_problems
+from mrgrpo.data import store
+from mrgrpo.data.runner import ReferenceRunner, RefJob, RefOutcome
+
+VALIDATE_VERSION = "validate-v1"  # bump when flags/splitting change: invalidates the stage fingerprint
+
+# Names LeetCode/Codewars judges provide without an import; a call-mode reference using one of them
+# undefined gets the "needs_preamble" flag (the sandbox supplies the preamble, see docs/data.md).
+PREAMBLE_NAMES = frozenset(
+    "List Dict Tuple Set Optional Deque DefaultDict Counter OrderedDict deque defaultdict heapq collections math "
+    "bisect itertools functools string re sys random inf lru_cache reduce accumulate permutations combinations "
+    "product gcd sqrt log floor ceil ListNode TreeNode".split()
+)
+_FLOAT_TOKEN = re.compile(r"(?<![\w.])[-+]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)(?![\w.])")
+LARGE_TESTS_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    public_tests: int = 1  # at most this many tests are public; always leaves >= 1 hidden test
+    run_reference: bool = True
+    float_tol: float = 1e-6  # retried with this tolerance when an exact run fails on float outputs
+    time_s: float | None = None  # per-test CPU limit for reference runs (None: sandbox default)
+    dedupe: bool = True
+
+    def fingerprint_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "version": VALIDATE_VERSION}
+
+
+@dataclass
+class ValidateResult:
+    problems: list[dict]
+    quarantined: list[dict]
+    reference_runs: int = 0  # runs done now (not from the cache)
+    seconds: float = 0.0
+    skipped: bool = False
+    reasons: Counter = field(default_factory=Counter)
+
+
+# ---------------------------------------------------------------- flags
+
+
+def _walk(value: Any) -> Iterable[Any]:
+    yield value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        for v in value:
+            yield from _walk(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _walk(v)
+
+
+def has_float_output(p: Problem) -> bool:
+    if p.io_mode == "stdio":
+        return any(_FLOAT_TOKEN.search(o) for o in p.outputs)
+    return any(isinstance(v, float) for o in p.outputs for v in _walk(o))
+
+
+def undefined_preamble_names(code: str) -> set[str]:
+    """Judge-preamble names a program uses without defining or importing them."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    defined, used = set(dir(builtins)), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                defined.add((a.asname or a.name).split(".")[0])
+                if a.name == "*":
+                    return set()
+    return (used - defined) & PREAMBLE_NAMES
+
+
+def special_flags(p: Problem, raw_inputs: list, raw_outputs: list) -> list[str]:
+    """Flags for items that do not fit cleanly. ``raw_*``: the tests before the JSON normalisation."""
+    flags = [f"note:{n}" for n in p.notes]
+    n = len(p.inputs)
+    if n == 1:
+        flags.append("single_test")
+    if p.io_mode == "call":
+        if not all(store.is_json_exact(v) for v in raw_outputs):
+            flags.append("non_json_output")
+        if not all(store.is_json_exact(v) for v in raw_inputs):
+            flags.append("non_json_input")
+        if p.reference_solution and undefined_preamble_names(p.reference_solution):
+            flags.append("needs_preamble")
+    else:
+        if any(o.strip() == "" for o in p.outputs):
+            flags.append("empty_output")
+        if any(not o.endswith("\n") or re.search(r"[ \t]+\n", o) for o in p.outputs if o.strip()):
+            flags.append("output_whitespace")
+    if has_float_output(p):
+        flags.append("float_output")
+    keys = [store.canonical_json(x) for x in p.inputs]
+    if len(set(keys)) < len(keys):
+        flags.append("duplicate_tests")
+    if sum(len(k) for k in keys) + sum(len(store.canonical_json(o)) for o in p.outputs) > LARGE_TESTS_BYTES:
+        flags.append("large_tests")
+    if p.difficulty == "unknown":
+        flags.append("unknown_difficulty")
+    return flags
+
+
+def public_count(n_tests: int, k: int) -> int:
+    """Public tests: the first min(k, n - 1): a problem always keeps at least one hidden test."""
+    return max(0, min(k, n_tests - 1))
+
+
+def public_tests_json(p: Problem, k: int) -> dict:
+    gt = p.ground_truth()
+    out = {"inputs": gt["inputs"][:k], "outputs": gt["outputs"][:k]}
+    if "fn_name" in gt:
+        out["fn_name"] = gt["fn_name"]
+    return out
+
+
+# ---------------------------------------------------------------- problem <-> dict
+
+
+def problem_hash(p: Problem) -> str:
+    """Hash of everything about a problem that the pipeline uses (statement, interface, tests, reference)."""
+    d = dataclasses.asdict(p)
+    d.pop("notes", None)
+    return store.stable_hash(d)
+
+
+def problem_to_dict(p: Problem) -> dict:
+    d = dataclasses.asdict(p)
+    d["notes"] = list(p.notes)
+    return d
+
+
+def problem_from_dict(d: dict) -> Problem:
+    names = {f.name for f in dataclasses.fields(Problem)}
+    kw = {k: v for k, v in d.items() if k in names}
+    kw["notes"] = tuple(kw.get("notes") or ())
+    return Problem(**kw)
+
+
+def normalise(p: Problem) -> Problem:
+    """The problem with JSON-normalised tests: exactly what the ground truth will hold."""
+    return dataclasses.replace(p, inputs=store.to_jsonable(p.inputs), outputs=store.to_jsonable(p.outputs))
+
+
+# ---------------------------------------------------------------- reference runs
+
+
+def _ref_key(job: RefJob) -> str:
+    return store.stable_hash(dataclasses.asdict(job))
+
+
+class ReferenceCache:
+    """Append-only JSONL of reference outcomes keyed by job hash (a cut last line is ignored)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data: dict[str, RefOutcome] = {}
+        if path.is_file():
+            for row in store.read_jsonl(path, tolerate_bad_lines=True):
+                try:
+                    self.data[row["key"]] = RefOutcome(**row["outcome"])
+                except (KeyError, TypeError):
+                    continue
+
+    def get(self, job: RefJob) -> RefOutcome | None:
+        return self.data.get(_ref_key(job))
+
+    def put(self, job: RefJob, outcome: RefOutcome) -> None:
+        if outcome.verdict == "INFRA":  # a sandbox failure is not a property of the data: never cached
+            return
+        key = _ref_key(job)
+        self.data[key] = outcome
+        store.append_jsonl(self.path, {"key": key, "outcome": dataclasses.asdict(outcome)})
+
+
+def run_references(
+    jobs: list[RefJob], runner: ReferenceRunner, cache: ReferenceCache, progress: bool
+) -> tuple[list[RefOutcome], int]:
+    outcomes: list[RefOutcome | None] = [cache.get(j) for j in jobs]
+    todo = [i for i, o in enumerate(outcomes) if o is None]
+    if todo:
+        fresh = runner.run_many([jobs[i] for i in todo], progress=progress)
+        if len(fresh) != len(todo):
+            raise RuntimeError(f"reference runner returned {len(fresh)} outcomes for {len(todo)} jobs")
+        for i, o in zip(todo, fresh, strict=True):
+            outcomes[i] = o
+            cache.put(jobs[i], o)
+    return outcomes, len(todo)  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- the stage
+
+
+def _quarantine_row(where: str, source_id: str | None, reason: str, detail: str = "", raw: str = "") -> dict:
+    return {"where": where, "source_id": source_id, "reason": reason, "detail": detail, "raw": raw[:2000]}
+
+
+def validate(
+    input_path: str | Path,
+    out_dir: str | Path,
+    options: ValidateOptions = ValidateOptions(),
+    runner: ReferenceRunner | None = None,
+    progress: bool = False,
+) -> ValidateResult:
+    """Run stage 1 (no stage-state check here: see ``pipeline.run_validate``)."""
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    kept: list[tuple[str, Problem, list[str]]] = []  # (where, problem, flags)
+    quarantined: list[dict] = []
+    seen_ids: dict[str, str] = {}
+    seen_content: dict[str, str] = {}
+    items = read_problems(input_path)
+    if progress:
+        from tqdm import tqdm
+
+        items = tqdm(items, desc="read", unit="rec", leave=False)
+    for number, item in enumerate(items, 1):
+        if isinstance(item, RecordError):
+            quarantined.append(_quarantine_row(item.where, None, "schema", item.reason, item.raw))
+            continue
+        where = f"{input_path}:{item.source_id}" if ":" not in item.source_id else item.source_id
+        try:
+            p = normalise(item)
+            flags = special_flags(p, item.inputs, item.outputs)
+        except Exception as e:  # a record our checks cannot digest is quarantined, never a crash
+            quarantined.append(_quarantine_row(where, item.source_id, "schema", f"{type(e).__name__}: {e}"))
+            continue
+        if item.source_id in seen_ids:
+            quarantined.append(
+                _quarantine_row(
+                    where, item.source_id, "duplicate_id", f"same source_id as record {seen_ids[item.source_id]}"
+                )
+            )
+            continue
+        seen_ids[item.source_id] = str(number)
+        content = store.stable_hash([p.statement, p.io_mode, p.fn_name, p.inputs, p.outputs])
+        if options.dedupe and content in seen_content:
+            quarantined.append(
+                _quarantine_row(where, p.source_id, "duplicate", f"same statement and tests as {seen_content[content]}")
+            )
+            continue
+        seen_content[content] = p.source_id
+        if not p.reference_solution or not p.reference_solution.strip():
+            if options.run_reference:
+                quarantined.append(_quarantine_row(where, p.source_id, "no_reference", "no reference solution"))
+                continue
+        kept.append((where, p, flags))
+
+    outcomes: list[RefOutcome | None] = [None] * len(kept)
+    n_runs = 0
+    if options.run_reference and kept:
+        if runner is None:
+            from mrgrpo.data.runner import SandboxRunner
+
+            runner = SandboxRunner()
+        cache = ReferenceCache(out_dir / "cache" / "reference_runs.jsonl")
+        jobs = [RefJob(p.reference_solution, p.inputs, p.outputs, p.fn_name, None, options.time_s) for _, p, _ in kept]
+        outcomes, n_runs = run_references(jobs, runner, cache, progress)
+        # Float answers: retry failures with a tolerance; such problems get the needs_float_tol flag.
+        retry = [i for i, o in enumerate(outcomes) if o.verdict == "WA" and "float_output" in kept[i][2]]
+        if retry:
+            tol_jobs = [dataclasses.replace(jobs[i], float_tol=options.float_tol) for i in retry]
+            tol_out, n2 = run_references(tol_jobs, runner, cache, progress=False)
+            n_runs += n2
+            for i, o in zip(retry, tol_out, strict=True):
+                if o.verdict == "AC":
+                    outcomes[i] = o
+                    kept[i][2].append("needs_float_tol")
+
+    problems: list[dict] = []
+    for (where, p, flags), outcome in zip(kept, outcomes, strict=True):
+        if outcome is not None and outcome.verdict != "AC":
+            reason = "sandbox_infra" if outcome.verdict == "INFRA" else "reference_failed"
+            detail = f"{outcome.verdict}: passed {outcome.passed}/{outcome.total}" + (
+                f"; {outcome.detail}" if outcome.detail else ""
+            )
+            quarantined.append(_quarantine_row(where, p.source_id, reason, detail))
+            continue
+        if outcome is None and options.run_reference is False:
+            flags = [*flags, "reference_not_run"]
+        k = public_count(len(p.inputs), options.public_tests)
+        if k == 0:
+            flags = [*flags, "no_public_tests"]
+        row = problem_to_dict(p)
+        row.update(
+            where=where,
+            problem_hash=problem_hash(p),
+            special=sorted(set(flags)),
+            n_public=k,
+            public_tests=public_tests_json(p, k),
+            reference={
+                "verdict": outcome.verdict,
+                "passed": outcome.passed,
+                "total": outcome.total,
+                "time_s": round(outcome.time_s, 4),
+            }
+            if outcome
+            else None,
+        )
+        problems.append(row)
+
+    reasons = Counter(q["reason"] for q in quarantined)
+    return ValidateResult(problems, quarantined, n_runs, time.perf_counter() - t0, reasons=reasons)

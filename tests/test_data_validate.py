@@ -1,0 +1,177 @@
+"""Stage 1 (validate): quarantine with reasons, reference runs (fake runner and the real sandbox),
+special flags, the public/hidden split, and the reference-run cache."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from mrgrpo.apps import Problem, bundled_sample_path
+from mrgrpo.data import pipeline, store
+from mrgrpo.data.runner import RefOutcome
+from mrgrpo.data.validate import (
+    ValidateOptions,
+    public_count,
+    special_flags,
+    undefined_preamble_names,
+    validate,
+)
+
+
+class FakeRunner:
+    """Answers by a rule on the job; counts what it was asked to run."""
+
+    def __init__(self, rule=None):
+        self.rule = rule or (lambda job: "AC")
+        self.jobs = []
+
+    def run_many(self, jobs, progress=False):
+        self.jobs.extend(jobs)
+        out = []
+        for j in jobs:
+            v = self.rule(j)
+            n = len(j.inputs)
+            out.append(RefOutcome(v, n if v == "AC" else 0, n, 0.01, "" if v == "AC" else f"test 0: {v}"))
+        return out
+
+
+def sample_lines() -> list[str]:
+    return bundled_sample_path().read_text().splitlines()
+
+
+def apps_plus(statement="Add two numbers.", inputs=("1 2\n",), outputs=("3\n",), solution=None, **extra) -> dict:
+    rec = {
+        "prompt": f'\ndef abcde():\n    """{statement}"""\n',
+        "starter_code": "\ndef abcde():\n",
+        "canonical_solution": solution or "def abcde():\n    a, b = map(int, input().split())\n    print(a + b)\n",
+        "inputs": list(inputs),
+        "outputs": list(outputs),
+        "difficulty": "introductory",
+    }
+    rec.update(extra)
+    return rec
+
+
+def test_bad_records_are_quarantined_with_reasons(tmp_path):
+    lines = sample_lines()[:5]
+    lines += [
+        "{not json",
+        json.dumps({"prompt": "x"}),  # missing fields
+        json.dumps(apps_plus(inputs=["1 2\n", "3 4\n"], outputs=["3\n"])),  # count mismatch
+        json.dumps([1, 2, 3]),  # not an object
+        sample_lines()[0],  # exact duplicate (same id-less record -> same statement and tests)
+        json.dumps(apps_plus(statement="No solution here.", solution=" ")),
+        json.dumps(apps_plus(statement="Wrong solution.", solution="def abcde():\n    print(0)\n")),
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    runner = FakeRunner(lambda j: "WA" if "print(0)" in j.code else "AC")
+    res = validate(path, tmp_path / "out", ValidateOptions(), runner=runner)
+    assert len(res.problems) == 5
+    assert len(res.problems) + len(res.quarantined) == len(lines)
+    reasons = Counter(q["reason"] for q in res.quarantined)
+    assert reasons == {"schema": 4, "duplicate": 1, "no_reference": 1, "reference_failed": 1}
+    by_where = {q["where"].rsplit(":", 1)[1]: q for q in res.quarantined}
+    assert "not valid JSON" in by_where["6"]["detail"]
+    assert "missing field" in by_where["7"]["detail"]
+    assert "2 inputs but 1 outputs" in by_where["8"]["detail"]
+    assert "WA" in by_where["12"]["detail"] and by_where["12"]["source_id"] == "in:12"
+
+
+def test_special_flags_and_public_split():
+    def P(io_mode="stdio", inputs=("1\n",), outputs=("1\n",), fn_name=None, ref="print(1)", difficulty="interview"):
+        return Problem(
+            "s:1", "apps_plus", "stmt", io_mode, fn_name, None, "", list(inputs), list(outputs), difficulty, ref
+        )
+
+    assert "single_test" in special_flags(P(), ["1\n"], ["1\n"])
+    assert "float_output" in special_flags(P(outputs=["0.500000\n"]), [], [])
+    assert "float_output" not in special_flags(P(outputs=["1 2\n"]), [], [])
+    assert "output_whitespace" in special_flags(P(outputs=["3 \n"]), [], [])
+    assert "output_whitespace" in special_flags(P(outputs=["3"]), [], [])
+    assert "empty_output" in special_flags(P(outputs=[""]), [], [])
+    assert "duplicate_tests" in special_flags(P(inputs=["1\n", "1\n"], outputs=["1\n", "1\n"]), [], [])
+    call = P("call", [[1], [2]], [{1, 2}, (1, 2)], "f", ref="def f(x):\n    return List")
+    flags = special_flags(call, [[1], [2]], [{1, 2}, (1, 2)])
+    assert {"non_json_output", "needs_preamble"} <= set(flags) and "single_test" not in flags
+    assert "float_output" in special_flags(P("call", [[1]], [0.5], "f"), [[1]], [0.5])
+    assert "unknown_difficulty" in special_flags(P(difficulty="unknown"), [], [])
+    assert public_count(3, 1) == 1 and public_count(1, 1) == 0 and public_count(3, 5) == 2 and public_count(2, 0) == 0
+    assert undefined_preamble_names("from typing import List\ndef f(a: List[int]): return a") == set()
+    assert undefined_preamble_names("def f(a: List[int]): return collections.Counter(a)") == {"List", "collections"}
+
+
+def test_sample_with_fake_runner_cache_and_float_retry(tmp_path):
+    def rule(job):
+        if job.outputs[0] == "3.6568542494923806\n":  # a float-output problem whose exact check fails
+            return "AC" if job.float_tol else "WA"
+        return "INFRA" if job.fn_name == "how_many_bees" else "AC"
+
+    runner = FakeRunner(rule)
+    out = tmp_path / "out"
+    res = validate(bundled_sample_path(), out, ValidateOptions(), runner=runner)
+    assert len(res.problems) == 149 and [q["reason"] for q in res.quarantined] == ["sandbox_infra"]
+    floaty = next(p for p in res.problems if p["source_id"] == "apps_plus_sample:21")
+    assert "float_output" in floaty["special"] and "needs_float_tol" in floaty["special"]
+    assert res.reference_runs == 151  # 150 + the float retry
+    counts = Counter(len(p["inputs"]) for p in res.problems)
+    assert sum(p["n_public"] for p in res.problems) == sum(c for n, c in counts.items() if n > 1)
+    one = next(p for p in res.problems if len(p["inputs"]) == 3)
+    assert one["public_tests"]["inputs"] == one["inputs"][:1]
+    # second run: everything from the cache except the INFRA one (never cached)
+    runner2 = FakeRunner(rule)
+    validate(bundled_sample_path(), out, ValidateOptions(), runner=runner2)
+    assert [j.fn_name for j in runner2.jobs] == ["how_many_bees"]
+
+
+def test_stage_is_skipped_when_nothing_changed(tmp_path):
+    runner = FakeRunner()
+    out = tmp_path / "out"
+    first = pipeline.run_validate(out, None, ValidateOptions(), runner=runner)
+    assert not first.skipped and first.info["kept"] == 150
+    mtime = (out / "problems.jsonl").stat().st_mtime_ns
+    again = pipeline.run_validate(out, None, ValidateOptions(), runner=FakeRunner(lambda j: pytest.fail("ran")))
+    assert again.skipped and (out / "problems.jsonl").stat().st_mtime_ns == mtime
+    other = pipeline.run_validate(out, None, ValidateOptions(public_tests=2), runner=runner)
+    assert not other.skipped
+    rows = list(store.read_jsonl(out / "problems.jsonl"))
+    assert max(r["n_public"] for r in rows) == 2
+
+
+def _real_sandbox():
+    try:
+        from mrgrpo import sandbox
+
+        return sandbox if hasattr(sandbox, "run_batch") else None
+    except ImportError:
+        return None
+
+
+@pytest.mark.skipif(_real_sandbox() is None, reason="mrgrpo.sandbox.run_batch is not available yet")
+def test_sample_references_in_the_real_sandbox(tmp_path):
+    res = validate(bundled_sample_path(), tmp_path / "out", ValidateOptions())
+    assert len(res.problems) + len(res.quarantined) == 150
+    assert all(q["reason"] == "reference_failed" and q["detail"] for q in res.quarantined), res.quarantined
+    assert len(res.problems) >= 140
+    assert all(p["reference"]["verdict"] == "AC" for p in res.problems)
+
+
+def test_original_apps_records_flow_through(tmp_path):
+    rec = {
+        "problem_id": 4001,
+        "question": "Return double.",
+        "difficulty": "interview",
+        "starter_code": "",
+        "solutions": json.dumps(["def double(x):\n    return 2 * x\n"]),
+        "input_output": json.dumps({"inputs": [[1], [2]], "outputs": [[2], [4]], "fn_name": "double"}),
+    }
+    path = tmp_path / "apps.jsonl"
+    path.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "problem_id": 4002, "input_output": "{bad"}) + "\n")
+    runner = FakeRunner()
+    res = validate(path, tmp_path / "out", ValidateOptions(), runner=runner)
+    assert [p["data_source"] for p in res.problems] == ["apps"] and res.problems[0]["source_id"] == "4001"
+    assert runner.jobs[0].fn_name == "double" and runner.jobs[0].outputs == [2, 4]
+    assert res.problems[0]["public_tests"] == {"inputs": [[1]], "outputs": [[2]], "fn_name": "double"}
+    assert [q["reason"] for q in res.quarantined] == ["schema"]
