@@ -1,0 +1,111 @@
+"""``MrGRPODataset``: verl's ``RLHFDataset`` plus the original fork's ``data.adjust_sys_prompt``.
+
+Wired with ``data.custom_cls.path=pkg://mrgrpo.dataset`` and ``data.custom_cls.name=MrGRPODataset``.
+
+``data.adjust_sys_prompt`` (declared in the recipe yaml, default ``null``): a string, or the path of a UTF-8
+text file holding it. When set, every prompt's system message is replaced by it (or one is inserted
+first when the prompt has none). The rewrite is applied to the dataframe in ``maybe_filter_out_long_prompts``,
+the hook verl calls right after reading the files and before its overlong-prompt filter, so the filter
+measures the prompt the policy really sees (the filter tokenizes the prompt column directly), and
+``__getitem__`` / the agent loop read the rewritten column as well.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from verl.utils.dataset.rl_dataset import RLHFDataset
+
+_MARKED_PIDS: set[int] = set()
+
+
+def _print_marker_once(component: str, **fields: Any) -> None:
+    """One ``MRGRPO_MARKER`` line per process, so a launch log shows our code ran in each process."""
+    pid = os.getpid()
+    if pid in _MARKED_PIDS:
+        return
+    _MARKED_PIDS.add(pid)
+    extra = "".join(f" {k}={v}" for k, v in fields.items())
+    print(f"MRGRPO_MARKER component={component} pid={pid}{extra}", flush=True)
+
+
+def resolve_sys_prompt(value: Any) -> str | None:
+    """``data.adjust_sys_prompt`` -> the system prompt text, or ``None`` when unset.
+
+    A value naming an existing file (absolute, ``~`` or relative to the working directory) is read from
+    that file; any other non-empty string is the prompt itself. A value that looks like a file path
+    (ends in ``.txt``/``.md``) but does not exist is an error, not a literal prompt.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"data.adjust_sys_prompt must be a string or a file path, got {type(value).__name__}")
+    if not value.strip():
+        return None
+    candidate = Path(value).expanduser()
+    looks_like_path = "\n" not in value and len(value) < 4096
+    try:
+        is_file = looks_like_path and candidate.is_file()
+    except OSError:  # e.g. ENAMETOOLONG: a long one-line prompt is not a path
+        is_file = False
+    if is_file:
+        text = candidate.read_text(encoding="utf-8").strip("\n")
+        if not text.strip():
+            raise ValueError(f"data.adjust_sys_prompt file {candidate} is empty")
+        return text
+    if looks_like_path and candidate.suffix in {".txt", ".md"}:
+        raise FileNotFoundError(f"data.adjust_sys_prompt names a file that does not exist: {candidate}")
+    return value
+
+
+def replace_system_message(messages: list[dict[str, Any]], system_prompt: str) -> list[dict[str, Any]]:
+    """A copy of ``messages`` whose first message is ``{"role": "system", "content": system_prompt}``.
+
+    An existing system message at position 0 is replaced; otherwise one is inserted. A system message
+    anywhere else is an error (the chat template would render it mid-conversation).
+    """
+    if not isinstance(messages, list | tuple) or not messages:
+        raise ValueError(f"prompt must be a non-empty list of chat messages, got {messages!r:.200}")
+    out = [dict(m) for m in messages]
+    for i, m in enumerate(out):
+        if not isinstance(m, dict) or "role" not in m:
+            raise ValueError(f"prompt message {i} is not a chat message: {m!r:.200}")
+        if m["role"] == "system" and i != 0:
+            raise ValueError(f"prompt has a system message at position {i}; only position 0 can be replaced")
+    if out[0]["role"] == "system":
+        out[0] = {**out[0], "content": system_prompt}
+    else:
+        out.insert(0, {"role": "system", "content": system_prompt})
+    return out
+
+
+class MrGRPODataset(RLHFDataset):
+    """``RLHFDataset`` whose prompts get ``data.adjust_sys_prompt`` as their system message."""
+
+    def __init__(self, data_files, tokenizer, config, processor=None, max_samples: int = -1):
+        # Read before super().__init__, which loads and filters the files (and calls our hook below).
+        self.adjust_sys_prompt = resolve_sys_prompt(config.get("adjust_sys_prompt", None))
+        _print_marker_once(
+            "dataset",
+            cls=type(self).__name__,
+            adjust_sys_prompt="set" if self.adjust_sys_prompt is not None else "unset",
+        )
+        super().__init__(data_files, tokenizer, config, processor=processor, max_samples=max_samples)
+
+    def maybe_filter_out_long_prompts(self, dataframe=None):
+        if dataframe is not None and self.adjust_sys_prompt is not None:
+            dataframe = self._apply_sys_prompt(dataframe)
+        return super().maybe_filter_out_long_prompts(dataframe)
+
+    def _apply_sys_prompt(self, dataframe):
+        key = self.prompt_key
+        if key not in dataframe.column_names:
+            raise KeyError(f"data.adjust_sys_prompt: the data has no prompt column {key!r} (data.prompt_key)")
+        system_prompt = self.adjust_sys_prompt
+
+        def rewrite(example: dict) -> dict:
+            return {key: replace_system_message(example[key], system_prompt)}
+
+        return dataframe.map(rewrite, desc="data.adjust_sys_prompt: replacing system messages")

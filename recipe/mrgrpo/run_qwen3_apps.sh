@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# mrGRPO: multi-round plan -> code -> feedback GRPO for Qwen3 on APPS+ with verl 0.9.1.
+#
+# usage: [VAR=value ...] bash recipe/mrgrpo/run_qwen3_apps.sh [extra hydra overrides ...]
+#   DRY_RUN=1 ...            print the launch command (its last line) and exit 0; needs no GPU, changes nothing
+#   PROFILE=tiny ...         one small GPU: a tiny random Qwen3 built offline, eager vLLM, sdpa, small batches
+# Extra arguments are appended to the launch as hydra overrides, so they win over everything below.
+set -euo pipefail
+
+# ---- knobs (environment variables) -------------------------------------------------------------
+PROFILE=${PROFILE:-default}               # default | tiny
+DRY_RUN=${DRY_RUN:-0}                     # 1: print the launch command and exit
+CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mrgrpo}   # where prepared data / the tiny model go
+if [[ "$PROFILE" == tiny ]]; then
+  MODEL=${MODEL:-$CACHE_DIR/tiny_qwen3}   # built offline by mrgrpo.testing.tiny when missing
+  GROUP_SIZE=${GROUP_SIZE:-2}
+  BATCH_SIZE=${BATCH_SIZE:-4}
+  MAX_PROMPT_LEN=${MAX_PROMPT_LEN:-4096}
+  MAX_RESPONSE_LEN=${MAX_RESPONSE_LEN:-512}
+  STEPS=${STEPS:-2}
+  GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.3}
+  MICRO_BATCH=${MICRO_BATCH:-2}
+  AGENT_WORKERS=${AGENT_WORKERS:-1}
+  ROLLOUT_TP=${ROLLOUT_TP:-1}
+elif [[ "$PROFILE" == default ]]; then
+  MODEL=${MODEL:-Qwen/Qwen3-0.6B}         # any Qwen3 up to 8B (raise GPUS_PER_NODE / ROLLOUT_TP for 4B-8B)
+  GROUP_SIZE=${GROUP_SIZE:-8}
+  BATCH_SIZE=${BATCH_SIZE:-32}
+  MAX_PROMPT_LEN=${MAX_PROMPT_LEN:-2048}
+  MAX_RESPONSE_LEN=${MAX_RESPONSE_LEN:-4096}
+  STEPS=${STEPS:-200}
+  GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.5}
+  MICRO_BATCH=${MICRO_BATCH:-4}
+  AGENT_WORKERS=${AGENT_WORKERS:-8}
+  ROLLOUT_TP=${ROLLOUT_TP:-1}
+else
+  echo "run_qwen3_apps.sh: PROFILE must be 'default' or 'tiny', got '$PROFILE'" >&2
+  exit 2
+fi
+DATA_DIR=${DATA_DIR:-}                    # has train.parquet + val.parquet; empty: prepare the bundled sample
+ROLLOUT=${ROLLOUT:-vllm}                  # vllm | sglang
+GPUS_PER_NODE=${GPUS_PER_NODE:-1}
+NNODES=${NNODES:-1}
+ROUNDS=${ROUNDS:-2}                       # K feedback rounds on the public tests
+PLAN_SOURCE=${PLAN_SOURCE:-self}          # self | teacher (needs data built with plans) | none
+MINI_BATCH=${MINI_BATCH:-$BATCH_SIZE}     # ppo_mini_batch_size (prompts)
+LR=${LR:-1e-6}
+LOGGER=${LOGGER:-console}                 # comma-separated: console,wandb,...
+SYS_PROMPT_FILE=${SYS_PROMPT_FILE:-}      # a text file replacing every prompt's system message
+PYTHON=${PYTHON:-python3}
+PROJECT=${PROJECT:-mrgrpo}
+EXPERIMENT=${EXPERIMENT:-qwen3_apps_${PLAN_SOURCE}_k${ROUNDS}}
+
+# ---- checks ------------------------------------------------------------------------------------
+case "$ROLLOUT" in vllm|sglang) ;; *) echo "run_qwen3_apps.sh: ROLLOUT must be vllm or sglang, got '$ROLLOUT'" >&2; exit 2;; esac
+case "$PLAN_SOURCE" in self|teacher|none) ;; *) echo "run_qwen3_apps.sh: PLAN_SOURCE must be self, teacher or none, got '$PLAN_SOURCE'" >&2; exit 2;; esac
+
+if [[ "$DRY_RUN" != 1 ]]; then
+  if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "run_qwen3_apps.sh: no NVIDIA GPU found (nvidia-smi is missing or lists no GPU)." >&2
+    echo "mrGRPO training needs at least one GPU for the rollout engine and the actor." >&2
+    echo "Use DRY_RUN=1 to print the launch command without running it." >&2
+    exit 3
+  fi
+fi
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
+CONFIG_DIR="$SCRIPT_DIR/config"
+# Ray workers import mrgrpo from the checkout even when it is not pip-installed.
+export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+# ---- data and model ----------------------------------------------------------------------------
+if [[ -z "$DATA_DIR" ]]; then
+  DATA_DIR="$CACHE_DIR/data/apps_plus_sample"
+  if [[ "$DRY_RUN" != 1 && ! -f "$DATA_DIR/train.parquet" ]]; then
+    echo "run_qwen3_apps.sh: preparing the bundled APPS+ sample into $DATA_DIR (no plans)" >&2
+    "$PYTHON" -m mrgrpo data prepare --out "$DATA_DIR" --plans none
+  fi
+fi
+TRAIN_FILE=${TRAIN_FILE:-$DATA_DIR/train.parquet}
+VAL_FILE=${VAL_FILE:-$DATA_DIR/val.parquet}
+if [[ "$DRY_RUN" != 1 ]]; then
+  for f in "$TRAIN_FILE" "$VAL_FILE"; do
+    [[ -f "$f" ]] || { echo "run_qwen3_apps.sh: missing data file $f" >&2; exit 2; }
+  done
+  if [[ "$PROFILE" == tiny && ! -f "$MODEL/config.json" ]]; then
+    echo "run_qwen3_apps.sh: building the tiny random Qwen3 into $MODEL" >&2
+    "$PYTHON" -m mrgrpo.testing.tiny "$MODEL"
+  fi
+fi
+
+# ---- environment -------------------------------------------------------------------------------
+export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
+export PYTHONUNBUFFERED=1
+export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+export RAY_USAGE_STATS_ENABLED=${RAY_USAGE_STATS_ENABLED:-0}
+if [[ "$PROFILE" == tiny ]]; then
+  # The GPU kit has no flashinfer and no network.
+  export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
+  export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}
+  export HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1} WANDB_MODE=${WANDB_MODE:-disabled}
+fi
+
+# ---- launch ------------------------------------------------------------------------------------
+ARGS=(
+  "$PYTHON" -m verl.trainer.main_ppo
+  --config-path "$CONFIG_DIR" --config-name mrgrpo_trainer
+  data.train_files="$TRAIN_FILE"
+  data.val_files="$VAL_FILE"
+  data.train_batch_size="$BATCH_SIZE"
+  data.max_prompt_length="$MAX_PROMPT_LEN"
+  data.max_response_length="$MAX_RESPONSE_LEN"
+  actor_rollout_ref.model.path="$MODEL"
+  actor_rollout_ref.actor.optim.lr="$LR"
+  actor_rollout_ref.actor.ppo_mini_batch_size="$MINI_BATCH"
+  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO_BATCH"
+  actor_rollout_ref.rollout.name="$ROLLOUT"
+  actor_rollout_ref.rollout.n="$GROUP_SIZE"
+  actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP"
+  actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEM_UTIL"
+  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$MICRO_BATCH"
+  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="$MICRO_BATCH"
+  actor_rollout_ref.rollout.agent.num_workers="$AGENT_WORKERS"
+  actor_rollout_ref.rollout.agent.agent_loop_config_path="$CONFIG_DIR/agent_loop.yaml"
+  mrgrpo.agent_loop.rounds="$ROUNDS"
+  mrgrpo.agent_loop.plan_source="$PLAN_SOURCE"
+  trainer.n_gpus_per_node="$GPUS_PER_NODE"
+  trainer.nnodes="$NNODES"
+  trainer.total_training_steps="$STEPS"
+  trainer.logger="[$LOGGER]"
+  trainer.project_name="$PROJECT"
+  trainer.experiment_name="$EXPERIMENT"
+)
+if [[ -n "$SYS_PROMPT_FILE" ]]; then
+  ARGS+=(data.adjust_sys_prompt="$SYS_PROMPT_FILE")
+fi
+if [[ "$PROFILE" == tiny ]]; then
+  ARGS+=(
+    actor_rollout_ref.model.use_remove_padding=False
+    +actor_rollout_ref.model.override_config.attn_implementation=sdpa
+    actor_rollout_ref.model.enable_gradient_checkpointing=False
+    actor_rollout_ref.actor.use_torch_compile=False
+    actor_rollout_ref.actor.fsdp_config.use_torch_compile=False
+    actor_rollout_ref.rollout.enforce_eager=True
+    reward.num_workers=1
+    data.dataloader_num_workers=0
+    mrgrpo.agent_loop.sandbox_concurrency=2
+    transfer_queue.backend.SimpleStorage.num_data_storage_units=2
+    trainer.val_before_train=False
+    trainer.test_freq=-1
+    trainer.save_freq=-1
+  )
+fi
+ARGS+=("$@")
+
+if [[ "$DRY_RUN" == 1 ]]; then
+  echo "# DRY_RUN: PROFILE=$PROFILE MODEL=$MODEL DATA_DIR=$DATA_DIR ROLLOUT=$ROLLOUT PLAN_SOURCE=$PLAN_SOURCE ROUNDS=$ROUNDS"
+  echo "# PYTHONPATH=$PYTHONPATH"
+  printf '%q ' "${ARGS[@]}"
+  echo
+  exit 0
+fi
+exec "${ARGS[@]}"
