@@ -1,0 +1,232 @@
+"""Benchmark: mrgrpo's reward vs verl's default APPS scorer (`prime_code.compute_score`, continuous=True).
+
+    .venv/bin/python benchmarks/bench_reward.py [--workers N] [--problems N] [--leaks 10000] [--skip-verl]
+
+The batch: for each valid problem of the bundled APPS+ sample, its canonical solution (expected: pass) and wrong
+variants (expected: fail): an extra output line / a wrong return value, no output, a crash, a syntax error, and a
+hostile program that searches its process for the expected outputs. Both judges get the same fenced responses
+and the same number of parallel workers (mrgrpo: threads over its sandbox pool; verl: a ProcessPoolExecutor,
+as its prime reward manager uses). Latency is measured inside the worker, per submission.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+# A hostile program: find the grader's expected outputs in its own process (frames first, then the heap).
+_FIND = textwrap.dedent("""
+    def _expected():
+        import gc, sys
+        f = sys._getframe()
+        while f is not None:
+            d = f.f_locals.get('in_outs')
+            if isinstance(d, dict) and isinstance(d.get('outputs'), list):
+                return d['outputs'][f.f_locals.get('index', 0) or 0]
+            f = f.f_back
+        for o in gc.get_objects():
+            if isinstance(o, dict) and isinstance(o.get('outputs'), list) and isinstance(o.get('inputs'), list) \\
+                    and o['outputs']:
+                return o['outputs'][0]
+""")
+HACK_STDIO = _FIND + textwrap.dedent("""
+    import sys
+    _out = _expected()
+    if _out is not None:
+        sys.stdout.write(_out if isinstance(_out, str) else '\\n'.join(map(str, _out)))
+""")
+HACK_CALL = _FIND + textwrap.dedent("""
+    def {fn}(*args):
+        out = _expected()
+        return out[0] if isinstance(out, list) and len(out) == 1 else out
+    class Solution:
+        def {fn}(self, *args):
+            return {fn}(*args)
+""")
+# Known data errors of the sample (see tests/test_sandbox_canonical.py).
+EXCLUDE = {"apps_plus_sample:93"}
+
+
+def build_batch(n_problems: int | None) -> list[dict]:
+    from mrgrpo.apps import Problem, bundled_sample_path, read_problems
+
+    problems = [p for p in read_problems(bundled_sample_path())
+                if isinstance(p, Problem) and p.reference_solution and p.source_id not in EXCLUDE]
+    problems = problems[:n_problems] if n_problems else problems
+    batch = []
+    for p in problems:
+        gt = json.dumps(p.ground_truth())
+        ref = p.reference_solution
+        if p.io_mode == "stdio":
+            wrong = ref + "\nprint('wrong-answer-sentinel')\n"
+            empty = "import sys\nsys.stdin.read()\n"
+            hack = HACK_STDIO
+        else:
+            fn = p.fn_name
+            if p.class_name:
+                wrong = ref + f"\nSolution.{fn} = lambda self, *a: 'wrong-answer-sentinel'\n"
+            else:
+                wrong = ref + f"\n{fn} = lambda *a: 'wrong-answer-sentinel'\n"
+            empty = f"def {fn}(*a):\n    return 'wrong-answer-sentinel'\nclass Solution:\n    def {fn}(self, *a):\n" \
+                    f"        return 'wrong-answer-sentinel'\n"
+            hack = HACK_CALL.format(fn=fn)
+        variants = [("canonical", ref, True), ("wrong_output", wrong, False), ("no_output", empty, False),
+                    ("crash", "raise RuntimeError('boom')\n" + ref, False), ("syntax_error", ref + "\n)\n", False),
+                    ("hack_read_expected", hack, False)]
+        for kind, code, should_pass in variants:
+            batch.append({"id": p.source_id, "kind": kind, "response": f"Here it is.\n```python\n{code}\n```\n",
+                          "ground_truth": gt, "should_pass": should_pass, "num_tests": len(p.inputs)})
+    return batch
+
+
+def _mrgrpo_one(item: dict) -> tuple[bool, str, float]:
+    from mrgrpo.reward import compute_score
+
+    start = time.perf_counter()
+    r = compute_score("apps_plus", item["response"], item["ground_truth"])
+    return r["acc"] == 1.0, r["verdict"], time.perf_counter() - start
+
+
+def _verl_one(item: dict) -> tuple[bool, str, float]:
+    import contextlib
+    import io
+
+    from verl.utils.reward_score import prime_code
+
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        success, _ = prime_code.compute_score(item["response"], item["ground_truth"], continuous=True)
+    passed = success is True or (not isinstance(success, bool) and float(success) == 1.0)
+    return passed, "pass" if passed else "fail", time.perf_counter() - start
+
+
+def run_judge(name: str, batch: list[dict], workers: int) -> dict:
+    if name == "mrgrpo":
+        from mrgrpo.sandbox import Job, run_batch
+
+        run_batch([Job(code="print(1)", inputs=[""], outputs=["1"])] * workers, workers=workers)  # warm the pool
+        executor = ThreadPoolExecutor(workers)
+        fn = _mrgrpo_one
+    else:
+        executor = ProcessPoolExecutor(workers)
+        list(executor.map(_verl_one, batch[:workers]))  # warm the processes (imports)
+        fn = _verl_one
+    start = time.perf_counter()
+    with executor:
+        results = list(executor.map(fn, batch))
+    wall = time.perf_counter() - start
+    latencies = sorted(r[2] for r in results)
+    agree = sum(r[0] == item["should_pass"] for r, item in zip(results, batch, strict=True))
+    false_pass = sum(r[0] and not item["should_pass"] for r, item in zip(results, batch, strict=True))
+    false_fail = sum(not r[0] and item["should_pass"] for r, item in zip(results, batch, strict=True))
+    by_kind: dict[str, list[int]] = {}
+    for r, item in zip(results, batch, strict=True):
+        by_kind.setdefault(item["kind"], [0, 0])
+        by_kind[item["kind"]][0] += r[0] == item["should_pass"]
+        by_kind[item["kind"]][1] += 1
+    return {"name": name, "wall": wall, "n": len(batch), "tests": sum(i["num_tests"] for i in batch),
+            "p50": statistics.median(latencies), "p99": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+            "agree": agree, "false_pass": false_pass, "false_fail": false_fail, "by_kind": by_kind,
+            "verdicts": [r[1] for r in results]}
+
+
+def overhead(workers: int) -> list[tuple[str, float]]:
+    """ms per test for trivial programs: the sandbox's own cost."""
+    from mrgrpo.sandbox import Job, run, run_batch
+
+    rows = []
+    n = 400
+    job = Job(code="print(input())", inputs=["x"] * n, outputs=["x"] * n)
+    run(job)
+    start = time.perf_counter()
+    run(job)
+    rows.append(("1 slot, 400 tests of print(input()) in one job", (time.perf_counter() - start) / n * 1e3))
+    jobs = [Job(code="print(input())", inputs=["x"] * 20, outputs=["x"] * 20) for _ in range(40 * workers)]
+    start = time.perf_counter()
+    run_batch(jobs, workers=workers)
+    rows.append((f"{workers} slots, {len(jobs)} jobs x 20 tests (wall per test)",
+                 (time.perf_counter() - start) / (20 * len(jobs)) * 1e3))
+    return rows
+
+
+def leak_check(n: int, workers: int) -> dict:
+    from mrgrpo.sandbox import Job, Limits, run_batch, shutdown
+
+    def children() -> int:
+        me, count = str(os.getpid()), 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    count += f.read().rsplit(")", 1)[1].split()[1] == me
+            except OSError:
+                pass
+        return count
+
+    def dirs() -> int:
+        return sum(d.startswith("mrgrpo-sandbox-") for d in os.listdir(tempfile.gettempdir()))
+
+    shutdown()
+    before = (children(), len(os.listdir("/proc/self/fd")), dirs())
+    codes = ["print(input())", "print('x')", "1/0", "import os\nif os.fork() == 0:\n    os.setsid()\n"
+             "    import time; time.sleep(30)\nprint(input())", "open('f', 'w').write('x')\nprint(input())"]
+    jobs = [Job(code=codes[i % len(codes)], inputs=[f"{i}"], outputs=[f"{i}"], limits=Limits(wall_s=4))
+            for i in range(n)]
+    start = time.perf_counter()
+    results = run_batch(jobs, workers=workers)
+    wall = time.perf_counter() - start
+    during = children()
+    shutdown()
+    after = (children(), len(os.listdir("/proc/self/fd")), dirs())
+    return {"executions": n, "wall": wall, "infra": sum(r.verdict.value == "INFRA" for r in results),
+            "workers_alive_during": during, "before": before, "after": after}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--problems", type=int, default=None, help="use only the first N problems")
+    ap.add_argument("--skip-verl", action="store_true")
+    ap.add_argument("--leaks", type=int, default=0, help="also run N trivial executions and check for leftovers")
+    args = ap.parse_args(argv)
+
+    batch = build_batch(args.problems)
+    print(f"batch: {len(batch)} submissions ({sum(i['should_pass'] for i in batch)} should pass), "
+          f"{sum(i['num_tests'] for i in batch)} tests, {args.workers} workers, {os.cpu_count()} CPUs", flush=True)
+    stats = [run_judge("mrgrpo", batch, args.workers)]
+    if not args.skip_verl:
+        stats.append(run_judge("verl prime_code", batch, args.workers))
+    print("\n| judge | submissions/s | tests/s | p50 latency | p99 latency | agreement | false passes | "
+          "false fails | wall |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for s in stats:
+        print(f"| {s['name']} | {s['n'] / s['wall']:.1f} | {s['tests'] / s['wall']:.1f} | {s['p50'] * 1e3:.0f} ms | "
+              f"{s['p99'] * 1e3:.0f} ms | {s['agree'] / s['n']:.1%} ({s['agree']}/{s['n']}) | {s['false_pass']} | "
+              f"{s['false_fail']} | {s['wall']:.1f} s |")
+    if len(stats) == 2:
+        print(f"\nspeed ratio (mrgrpo / verl prime_code, submissions/s): {stats[1]['wall'] / stats[0]['wall']:.1f}x")
+    print("\nagreement with the expected pass/fail, by variant:")
+    print("| variant | " + " | ".join(s["name"] for s in stats) + " |")
+    print("|---|" + "---|" * len(stats))
+    for kind in stats[0]["by_kind"]:
+        print(f"| {kind} | " + " | ".join(f"{s['by_kind'][kind][0]}/{s['by_kind'][kind][1]}" for s in stats) + " |")
+    from collections import Counter
+
+    print("\nmrgrpo verdicts:", dict(Counter(stats[0]["verdicts"])))
+    print("\nper-test overhead (trivial program):")
+    for label, ms in overhead(args.workers):
+        print(f"| {label} | {ms:.2f} ms |")
+    if args.leaks:
+        print("\nleak check:", json.dumps(leak_check(args.leaks, args.workers)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    raise SystemExit(main())

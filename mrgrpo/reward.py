@@ -1,0 +1,211 @@
+"""verl reward function for APPS / APPS+ code problems, scored in `mrgrpo.sandbox`.
+
+Use it with `reward.custom_reward_function.path=pkg://mrgrpo.reward` (name `compute_score`, or
+`compute_score_async` to run on verl's event loop); `reward.custom_reward_function.reward_kwargs` become the
+keyword arguments below.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from mrgrpo.code_extract import extract_code
+from mrgrpo.sandbox import ExecResult, Job, Limits, Verdict, run, run_async
+
+logger = logging.getLogger("mrgrpo.reward")
+
+# Every call returns exactly these keys (verl needs the same keys for every sample).
+REWARD_KEYS = ("score", "acc", "pass_rate", "verdict", "num_tests", "num_passed", "time_s", "format_ok",
+               "has_code", "length_term", "infra")
+
+# Keyword arguments verl itself may pass to a custom reward function; accepted and ignored.
+_VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+
+_infra_lock = threading.Lock()
+_consecutive_infra = 0
+
+
+class SandboxBroken(RuntimeError):
+    """Raised after `max_consecutive_infra` INFRA results in a row: the sandbox is down, stop the run."""
+
+
+def _parse_ground_truth(ground_truth) -> dict:
+    if isinstance(ground_truth, (bytes, str)):
+        ground_truth = json.loads(ground_truth)
+    if not isinstance(ground_truth, dict) or "inputs" not in ground_truth or "outputs" not in ground_truth:
+        raise ValueError("ground_truth must be APPS JSON {'inputs': [...], 'outputs': [...], 'fn_name'?: str}")
+    return ground_truth
+
+
+def _as_text(value) -> str:
+    """APPS stdio tests are strings; a few records store a list of lines instead."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value) + "\n"
+    raise ValueError(f"stdio test data must be a string or a list of strings, got {type(value).__name__}")
+
+
+def build_job(ground_truth, code: str, *, all_tests: bool = False, float_tol: float | None = None,
+              limits: Limits | None = None) -> Job:
+    """The sandbox Job for an APPS ground truth (string or dict). Call-mode outputs wrapped APPS-style as
+    `[value]` are unwrapped when every output is a one-element list (mrgrpo.apps always wraps)."""
+    gt = _parse_ground_truth(ground_truth)
+    fn_name = gt.get("fn_name") or None
+    inputs, outputs = list(gt["inputs"]), list(gt["outputs"])
+    if fn_name is None:
+        inputs, outputs = [_as_text(v) for v in inputs], [_as_text(v) for v in outputs]
+    elif outputs and all(isinstance(o, list) and len(o) == 1 for o in outputs):
+        outputs = [o[0] for o in outputs]
+    tol = float_tol if float_tol is not None else gt.get("float_tol")
+    return Job(code=code, inputs=inputs, outputs=outputs, fn_name=fn_name, float_tol=tol,
+               stop_on_first_failure=not all_tests, limits=limits or Limits())
+
+
+def _program(solution_str: str, extra_info: dict | None) -> tuple[str | None, bool]:
+    """(program or None, format_ok). The agent loop's `final_code` wins; else the last fenced python block."""
+    if extra_info and extra_info.get("final_code") is not None:
+        code = str(extra_info["final_code"])
+        return (code if code.strip() else None), bool(code.strip())
+    code = extract_code(solution_str or "")
+    return code, code is not None
+
+
+def _length_term(solution_str: str, target_chars: int) -> float:
+    n = len(solution_str or "")
+    if n <= target_chars:
+        return 1.0
+    return max(0.0, 1.0 - (n - target_chars) / target_chars)
+
+
+class _Call:
+    """One compute_score call: arguments checked, program found, Job built (or an early verdict)."""
+
+    def __init__(self, solution_str, ground_truth, extra_info, kwargs):
+        unknown = set(kwargs) - _VERL_KWARGS - set(_DEFAULTS)
+        if unknown:
+            raise TypeError(f"compute_score got unknown keyword arguments {sorted(unknown)}; "
+                            f"known: {sorted(_DEFAULTS)}")
+        opts = {**_DEFAULTS, **{k: v for k, v in kwargs.items() if k in _DEFAULTS}}
+        self.opts = opts
+        self.code, self.format_ok = _program(solution_str, extra_info)
+        self.length_term = _length_term(solution_str, int(opts["length_target_chars"]))
+        partial = bool(opts["partial_credit"])
+        limits = Limits(**{k: opts[k] for k in ("time_s", "wall_s", "memory_mb") if opts[k] is not None})
+        self.job = build_job(ground_truth, self.code or "", all_tests=partial or bool(opts["all_tests"]),
+                             float_tol=opts["float_tol"], limits=limits)
+
+    def finish(self, result: ExecResult | None) -> dict:
+        global _consecutive_infra
+        opts = self.opts
+        total = len(self.job.inputs)
+        if result is None:
+            result = ExecResult(Verdict.NO_CODE, 0, total, (), 0.0, "no code")
+        infra = result.verdict is Verdict.INFRA
+        with _infra_lock:
+            _consecutive_infra = _consecutive_infra + 1 if infra else 0
+            broken = _consecutive_infra >= int(opts["max_consecutive_infra"])
+        if infra:
+            logger.warning("mrgrpo.reward: INFRA (%s); scored %s", result.detail[:300], opts["infra_score"])
+            if broken:
+                raise SandboxBroken(f"{_consecutive_infra} INFRA results in a row; last: {result.detail}")
+        acc = 1.0 if result.verdict is Verdict.AC else 0.0
+        pass_rate = result.passed / total if total else 0.0
+        correctness = pass_rate if opts["partial_credit"] else acc
+        format_ok = 1.0 if self.format_ok else 0.0
+        if infra:
+            score = float(opts["infra_score"])
+        else:
+            score = (float(opts["correctness_weight"]) * correctness + float(opts["format_weight"]) * format_ok
+                     + float(opts["length_weight"]) * self.length_term)
+        return {
+            "score": score,
+            "acc": acc,
+            "pass_rate": pass_rate,
+            "verdict": result.verdict.value,
+            "num_tests": total,
+            "num_passed": result.passed,
+            "time_s": result.time_s,
+            "format_ok": format_ok,
+            "has_code": 1.0 if self.code is not None else 0.0,
+            "length_term": self.length_term,
+            "infra": 1.0 if infra else 0.0,
+        }
+
+
+_DEFAULTS: dict[str, Any] = {
+    "correctness_weight": 1.0,
+    "format_weight": 0.0,
+    "length_weight": 0.0,
+    "length_target_chars": 6000,
+    "partial_credit": False,
+    "all_tests": False,
+    "float_tol": None,
+    "time_s": None,
+    "wall_s": None,
+    "memory_mb": None,
+    "infra_score": 0.0,
+    "max_consecutive_infra": 32,
+}
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None,
+                  **kwargs) -> dict:
+    """Score one response to an APPS/APPS+ problem by running its program on the hidden tests.
+
+    Args:
+        data_source: the dataset name (``"apps_plus"``, ``"apps"``; not used for scoring).
+        solution_str: the decoded response. The program is ``extra_info["final_code"]`` when that key is
+            present and not None (the plan-code agent loop sets it); otherwise the last closed fenced block
+            tagged ``python``/``py``/``python3`` (else the last bare fence) outside ``<think>`` blocks, see
+            `mrgrpo.code_extract`. No program at all is verdict ``NO_CODE``.
+        ground_truth: APPS JSON (string or dict) ``{"inputs": [...], "outputs": [...], "fn_name"?: str}``;
+            call-mode outputs may be wrapped as ``[value]``. An optional ``"float_tol"`` enables the float
+            tolerance for that problem.
+        extra_info: the dataset row's extra_info (verl adds rollout fields to it).
+        **kwargs: ``reward_kwargs`` from the verl config:
+            correctness_weight (1.0), format_weight (0.0), length_weight (0.0): the score is
+                ``correctness_weight * correctness + format_weight * format_ok + length_weight * length_term``
+                (the original mrGRPO used 0.7 / 0.2 / 0.1);
+            partial_credit (False): correctness is the pass rate over all tests instead of ``acc``
+                (runs every test); all_tests (False): run every test without changing the score;
+            length_target_chars (6000): ``length_term`` is 1 up to this many characters of response and falls
+                linearly to 0 at twice as many;
+            float_tol (None), time_s / wall_s / memory_mb (None: `mrgrpo.sandbox.Limits` defaults);
+            infra_score (0.0): the score of an item the sandbox failed to judge (after one retry);
+            max_consecutive_infra (32): that many INFRA results in a row raise `SandboxBroken`.
+        Unknown keyword arguments raise TypeError (a misspelt weight must not be ignored silently).
+
+    Returns:
+        A dict with exactly the keys of ``REWARD_KEYS``: ``score`` (the training reward), ``acc`` (1.0 iff every
+        hidden test passed), ``pass_rate`` (passed / num_tests; with the default stop-at-first-failure it
+        counts the tests before the first failure), ``verdict`` (``"AC"``, ``"WA"``, ... ``"INFRA"``),
+        ``num_tests``, ``num_passed``, ``time_s`` (wall seconds in the sandbox), ``format_ok`` (1.0 when a
+        fenced block or ``final_code`` was found), ``has_code``, ``length_term``, ``infra`` (1.0 when the
+        sandbox failed: the item scores ``infra_score``, is logged, and shows in verl's ``infra`` metric;
+        filter on it when analysing).
+
+    Safe to call from many threads at once (verl runs it in a thread pool) and from inside an event loop; it
+    uses no signals. Example:
+
+        >>> from mrgrpo.reward import compute_score
+        >>> gt = {"inputs": ["1 2\\n", "5 7\\n"], "outputs": ["3\\n", "12\\n"]}
+        >>> answer = "Sum them.\\n```python\\na, b = map(int, input().split())\\nprint(a + b)\\n```"
+        >>> r = compute_score("apps_plus", answer, gt)
+        >>> r["score"], r["acc"], r["verdict"], r["num_tests"]
+        (1.0, 1.0, 'AC', 2)
+        >>> compute_score("apps_plus", "no code here", gt)["verdict"]
+        'NO_CODE'
+    """
+    call = _Call(solution_str, ground_truth, extra_info, kwargs)
+    return call.finish(run(call.job) if call.code is not None else None)
+
+
+async def compute_score_async(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None,
+                              **kwargs) -> dict:
+    """`compute_score` for an event loop: the sandbox runs on its own threads, the loop is never blocked."""
+    call = _Call(solution_str, ground_truth, extra_info, kwargs)
+    return call.finish(await run_async(call.job) if call.code is not None else None)

@@ -1,0 +1,287 @@
+"""A bounded pool of sandbox slots. A slot is one worker (launcher + zygote, see worker.py) and its pipes.
+
+Parent side, trusted. One pool per process (recreated after fork), `size` slots started lazily; a slot serves one
+job at a time. Each slot lives in its own namespaces with its own tmpfs and (as root) its own uid, so that a
+fork bomb in one slot cannot starve another.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import marshal
+import os
+import queue
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+
+logger = logging.getLogger("mrgrpo.sandbox")
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+_HEADER = struct.Struct("<Q")
+_START_TIMEOUT_S = 60.0
+TMPFS_BYTES = 64 << 20  # per slot: all files of the running test together (tmpfs size)
+TMPFS_INODES = 4096
+_UID_BASE = 1_000_000_000  # per-slot uids (root only): BASE + 64 * (pid % 2**22) + slot % 64
+
+# The environment every test sees (nothing is inherited from the parent).
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONHASHSEED": "0",
+    "PYTHONIOENCODING": "utf-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+}
+
+
+# Layers to leave out, for tests of the degraded modes only ("namespaces", "landlock"). Never set in production.
+DISABLE: set[str] = set()
+
+
+class SandboxFailure(Exception):
+    """The sandbox itself failed (worker died, protocol broke, a test could not be set up): INFRA."""
+
+
+def _interpreter() -> str:
+    """The real interpreter: sys.executable, unless it is a script (a pyenv/asdf shim costs ~90 ms per start)."""
+    exe = sys.executable
+    with open(exe, "rb") as f:
+        if f.read(2) == b"#!":
+            return os.path.realpath(exe)
+    return exe
+
+
+def _site_packages() -> list[str]:
+    paths = []
+    for key in ("purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p and os.path.isdir(p) and p not in paths:
+            paths.append(p)
+    return paths
+
+
+class Slot:
+    def __init__(self, index: int, base_dir: str):
+        self.index = index
+        self.dir = os.path.join(base_dir, f"slot{index}")
+        self.proc: subprocess.Popen | None = None
+        self.code_id: int | None = None
+        self.layers: dict = {}
+        self.warnings: list[str] = []
+        self._stderr = None
+
+    def start(self) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        os.chmod(self.dir, 0o711)  # the per-slot uid must reach its test directory (also without a tmpfs)
+        uid = _UID_BASE + 64 * (os.getpid() % (1 << 22)) + self.index % 64
+        cfg = {"slot_dir": self.dir, "uid": uid, "tmpfs_bytes": TMPFS_BYTES, "tmpfs_inodes": TMPFS_INODES,
+               "extra_sys_path": _site_packages(), "disable": sorted(DISABLE)}
+        self._stderr = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(
+                [_interpreter(), "-I", "-S", "-B", WORKER, json.dumps(cfg)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=SANDBOX_ENV,
+                close_fds=True, start_new_session=True, cwd="/",
+            )
+        except OSError as exc:
+            raise SandboxFailure(f"cannot start the sandbox worker: {exc}") from exc
+        ready = self._recv(time.monotonic() + _START_TIMEOUT_S)
+        if not ready.get("ready"):
+            raise SandboxFailure(f"worker sent {ready!r} instead of ready")
+        self.layers, self.warnings = ready["layers"], ready["warnings"]
+        self.code_id = None
+
+    def request(self, req: dict, timeout_s: float) -> dict:
+        if self.proc is None:
+            self.start()
+        data = marshal.dumps(req)
+        try:
+            self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise SandboxFailure(f"worker gone: {exc}{self._stderr_tail()}") from exc
+        return self._recv(time.monotonic() + timeout_s)
+
+    def _recv(self, deadline: float) -> dict:
+        head = self._read_exact(_HEADER.size, deadline)
+        (size,) = _HEADER.unpack(head)
+        msg = marshal.loads(self._read_exact(size, deadline))
+        if "raw" in msg:  # stdout, stderr, control channel of a test, sent raw after the message
+            msg["out"], msg["err"], msg["ctl"] = (self._read_exact(n, deadline) for n in msg.pop("raw"))
+        return msg
+
+    def _read_exact(self, size: int, deadline: float) -> bytes:
+        fd = self.proc.stdout.fileno()
+        chunks, got = [], 0
+        if size == 0:
+            return b""
+        while got < size:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise SandboxFailure("worker did not answer in time")
+            chunk = os.read(fd, min(size - got, 1 << 20))
+            if not chunk:
+                raise SandboxFailure(f"worker exited unexpectedly{self._stderr_tail()}")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        try:
+            self._stderr.seek(0, os.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(0, size - 1500))
+            text = self._stderr.read().decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+        return f": {text}" if text else ""
+
+    def stop(self, force: bool = False) -> None:
+        """Stop the worker and release the pipes. An idle worker exits on EOF; `force` (or a worker that does not
+        exit within 2 s) kills its process group, and its PID namespace and every test in it die with it."""
+        proc, self.proc = self.proc, None
+        self.code_id = None
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            try:
+                if force:
+                    raise subprocess.TimeoutExpired(proc.args, 0)
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def abandon(self) -> None:
+        """In a forked child process: drop our copies of the parent's pipes without touching its workers."""
+        if self.proc is not None:
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    os.close(stream.fileno())
+                except OSError:
+                    pass
+            self.proc = None
+        self._stderr = None
+
+
+class Pool:
+    def __init__(self, size: int):
+        if size < 1:
+            raise ValueError(f"pool size must be >= 1, got {size}")
+        self.size = size
+        self.pid = os.getpid()
+        self.base_dir = tempfile.mkdtemp(prefix="mrgrpo-sandbox-")
+        os.chmod(self.base_dir, 0o711)
+        self._idle: queue.LifoQueue[Slot] = queue.LifoQueue()
+        self._slots: list[Slot] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._warned = False
+
+    def grow(self, size: int) -> None:
+        with self._lock:
+            self.size = max(self.size, size)
+
+    @contextmanager
+    def slot(self):
+        slot = self._acquire()
+        try:
+            yield slot
+        finally:
+            self._idle.put(slot)
+
+    def _acquire(self) -> Slot:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("sandbox pool is closed")
+            if len(self._slots) < self.size:
+                slot = Slot(len(self._slots), self.base_dir)
+                self._slots.append(slot)
+                return slot
+        return self._idle.get()
+
+    def note_started(self, slot: Slot) -> None:
+        if not self._warned:
+            self._warned = True
+            for text in slot.warnings:
+                logger.warning("mrgrpo.sandbox: %s", text)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            slots = list(self._slots)
+        if os.getpid() != self.pid:
+            return
+        for slot in slots:
+            slot.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+_pool: Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def default_workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def get_pool(min_size: int | None = None) -> Pool:
+    """The process-wide pool (default size: the CPUs this process may use)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool.pid != os.getpid():
+            _pool = Pool(max(default_workers(), min_size or 1))
+        elif min_size:
+            _pool.grow(min_size)
+        return _pool
+
+
+def shutdown() -> None:
+    """Stop every worker of this process's pool (a later call starts a new pool)."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.close()
+
+
+def _after_fork_in_child() -> None:
+    global _pool, _pool_lock
+    _pool_lock = threading.Lock()
+    if _pool is not None:
+        for slot in _pool._slots:
+            slot.abandon()
+        _pool = None
+
+
+atexit.register(shutdown)
+os.register_at_fork(after_in_child=_after_fork_in_child)

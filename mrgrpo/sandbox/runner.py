@@ -1,0 +1,225 @@
+"""Run a Job on a pool slot test by test, turn worker reports into verdicts, compare in the parent."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import marshal
+import math
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from .compare import parse_json_value, stdout_equal, values_equal
+from .pool import SandboxFailure, Slot, get_pool
+from .schema import ExecResult, Job, TestResult, Verdict
+
+logger = logging.getLogger("mrgrpo.sandbox")
+
+_FEEDBACK_CHARS = 4096
+_STDERR_CHARS = 2000
+_REPLY_GRACE_S = 20.0  # on top of wall_s before a silent worker counts as dead
+_code_ids = itertools.count(1)
+
+
+def _limits_dict(job: Job) -> dict:
+    lim = job.limits
+    return {"time_s": float(lim.time_s), "wall_s": float(lim.wall_s), "memory_mb": int(lim.memory_mb),
+            "output_bytes": int(lim.output_bytes), "file_bytes": int(lim.file_bytes), "nproc": int(lim.nproc)}
+
+
+def _request(job: Job, code_id: int, index: int, slot: Slot) -> dict:
+    req = {"code_id": code_id, "limits": _limits_dict(job), "fn_name": job.fn_name}
+    if slot.code_id != code_id:
+        req["code"] = job.code
+    test_input = job.inputs[index]
+    if job.fn_name is None:
+        if not isinstance(test_input, str):
+            raise TypeError(f"stdio test input {index} must be a str, got {type(test_input).__name__}")
+        req["mode"] = "stdio"
+        req["stdin"] = test_input.encode("utf-8", "surrogatepass")
+    else:
+        if not isinstance(test_input, (list, tuple)):
+            raise TypeError(f"call-mode test input {index} must be an argument list, got {type(test_input).__name__}")
+        req["mode"] = "call"
+        req["args"] = marshal.dumps(_plain_args(test_input))
+    return req
+
+
+def _plain_args(value):
+    """Arguments as plain data (tuples become lists); raises TypeError for anything JSON could not hold."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain_args(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain_args(v) for k, v in value.items()}
+    raise TypeError(f"test arguments must be plain JSON values, got {type(value).__name__}")
+
+
+def _ask(slot: Slot, job: Job, code_id: int, index: int) -> dict:
+    """One test on `slot`; on a sandbox failure restart the slot and retry once, then report INFRA."""
+    last = ""
+    for attempt in range(2):
+        try:
+            reply = slot.request(_request(job, code_id, index, slot), job.limits.wall_s + _REPLY_GRACE_S)
+            slot.code_id = code_id
+            if "infra" not in reply:
+                return reply
+            last = reply["infra"]
+        except SandboxFailure as exc:
+            last = str(exc)
+        logger.warning("mrgrpo.sandbox: slot %d failed (attempt %d): %s", slot.index, attempt + 1, last[:500])
+        slot.stop(force=True)
+    return {"infra": last}
+
+
+def _decode(data: bytes, limit: int) -> str:
+    text = data[: limit * 4].decode("utf-8", "replace")
+    return text[:limit]
+
+
+def _judge(job: Job, index: int, reply: dict) -> TestResult:
+    lim = job.limits
+    try:
+        ctl = json.loads(reply["ctl"]) if reply["ctl"] else {}
+        if not isinstance(ctl, dict):
+            ctl = {}
+    except (ValueError, RecursionError):  # the program scribbled on fd 3
+        ctl = {}
+    kind = ctl.get("kind")
+    stderr = _decode(reply["err"][-_STDERR_CHARS * 4:], 10**9)[-_STDERR_CHARS:]
+    cpu, sig, status = reply["cpu"], reply["sig"], reply["exit"]
+    call_mode = job.fn_name is not None
+    shown = reply["out"]
+    if call_mode and kind == "result" and isinstance(ctl.get("value"), str):
+        shown = ctl["value"].encode()
+    stdout = _decode(shown, _FEEDBACK_CHARS)
+
+    def result(verdict: Verdict) -> TestResult:
+        return TestResult(index=index, verdict=verdict, time_s=cpu, stdout=stdout, stderr=stderr)
+
+    if reply["ole"]:
+        return result(Verdict.OLE)
+    if reply["tle"] or cpu > lim.time_s or sig == signal.SIGXCPU or (
+        sig == signal.SIGKILL and cpu >= 0.9 * math.ceil(lim.time_s)  # RLIMIT_CPU kill; rusage may lag a tick
+    ):
+        return result(Verdict.TLE)
+    if kind == "memory" or sig == signal.SIGKILL:  # a SIGKILL we did not send: the kernel's OOM killer
+        return result(Verdict.MLE)
+    if sig is not None or status != 0:
+        return result(Verdict.RE)
+    if not call_mode:
+        actual = reply["out"].decode("utf-8", "replace")
+        ok = stdout_equal(job.outputs[index], actual, job.float_tol)
+        return result(Verdict.AC if ok else Verdict.WA)
+    if kind == "badtype":
+        return result(Verdict.WA)
+    if kind != "result" or not isinstance(ctl.get("value"), str):
+        return result(Verdict.RE)  # exited 0 without returning (e.g. os._exit(0) inside the function)
+    try:
+        actual = parse_json_value(ctl["value"])
+    except ValueError:
+        return result(Verdict.WA)
+    return result(Verdict.AC if values_equal(job.outputs[index], actual, job.float_tol) else Verdict.WA)
+
+
+def _failure_detail(test: TestResult) -> str:
+    last_line = next((line for line in reversed(test.stderr.strip().splitlines()) if line.strip()), "")
+    text = f"test {test.index}: {test.verdict.value}"
+    return f"{text}: {last_line[:300]}" if last_line else text
+
+
+def run(job: Job) -> ExecResult:
+    """Run `job` in the sandbox and return its verdict. Thread safe; blocks while all slots are busy."""
+    start = time.monotonic()
+    total = len(job.inputs)
+    if total == 0:
+        raise ValueError("Job has no tests")
+    if not job.code.strip():
+        return ExecResult(Verdict.NO_CODE, 0, total, (), time.monotonic() - start, "no code")
+    code_id = next(_code_ids)
+    pool = get_pool()
+    tests: list[TestResult] = []
+    verdict, detail = Verdict.AC, ""
+    with pool.slot() as slot:
+        for index in range(total):
+            if slot.proc is None:
+                try:
+                    slot.start()
+                    pool.note_started(slot)
+                except SandboxFailure as exc:
+                    slot.stop(force=True)
+                    try:  # one retry, as for a test
+                        slot.start()
+                        pool.note_started(slot)
+                    except SandboxFailure:
+                        slot.stop(force=True)
+                        tests.append(TestResult(index, Verdict.INFRA, 0.0, "", ""))
+                        verdict, detail = Verdict.INFRA, f"sandbox failed: {exc}"
+                        break
+            reply = _ask(slot, job, code_id, index)
+            if "se" in reply:
+                return ExecResult(Verdict.SE, 0, total, (), time.monotonic() - start, reply["se"])
+            if "infra" in reply:
+                tests.append(TestResult(index, Verdict.INFRA, 0.0, "", ""))
+                verdict, detail = Verdict.INFRA, f"sandbox failed: {reply['infra'][:1000]}"
+                break
+            test = _judge(job, index, reply)
+            tests.append(test)
+            if test.verdict is not Verdict.AC and verdict is Verdict.AC:
+                verdict, detail = test.verdict, _failure_detail(test)
+                if job.stop_on_first_failure:
+                    break
+    passed = sum(t.verdict is Verdict.AC for t in tests)
+    if verdict is Verdict.AC and len(tests) != total:
+        raise AssertionError("AC without running every test")
+    return ExecResult(verdict, passed, total, tuple(tests), time.monotonic() - start, detail or "all tests passed")
+
+
+_executors: dict[int, ThreadPoolExecutor] = {}
+_executor_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    import os
+
+    with _executor_lock:
+        pid = os.getpid()
+        if pid not in _executors:
+            _executors[pid] = ThreadPoolExecutor(max_workers=get_pool().size, thread_name_prefix="mrgrpo-sandbox")
+        return _executors[pid]
+
+
+async def run_async(job: Job) -> ExecResult:
+    """`run` on a dedicated thread pool (one thread per slot): never blocks the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(_executor(), run, job)
+
+
+def run_batch(jobs: Iterable[Job], workers: int | None = None, progress: bool = False) -> list[ExecResult]:
+    """Run many jobs on `workers` slots at once (default: one per CPU); results in input order."""
+    jobs = list(jobs)
+    pool = get_pool(workers)
+    workers = workers or pool.size
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), file=sys.stderr, desc="sandbox", unit="job")
+    results: list[ExecResult | None] = [None] * len(jobs)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mrgrpo-batch") as ex:
+        futures = {ex.submit(run, job): i for i, job in enumerate(jobs)}
+        from concurrent.futures import as_completed
+
+        for fut in as_completed(futures):
+            results[futures[fut]] = fut.result()
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    return results  # type: ignore[return-value]

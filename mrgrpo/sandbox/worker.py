@@ -1,0 +1,594 @@
+"""The sandbox worker: a launcher, the zygote it starts, and the per-test child the zygote forks.
+
+Run as `python -I -S -B worker.py CONFIG_JSON` by pool.py, with a scrubbed environment; standard library only.
+
+launcher  enters new namespaces (mount, network, PID; plus user when not root), mounts a size-limited tmpfs on
+          the slot directory, forks the zygote (PID 1 of its namespace) and waits for it.
+zygote    pre-imports common modules, reads requests (code + ONE test input, never an expected output) on
+          fd 0 and answers on fd 1, framed marshal. Per test it forks a child into a fresh PID namespace,
+          feeds stdin, collects stdout/stderr/result under caps and a wall-clock deadline, and reports exit
+          status, signal and CPU time. It never runs model code itself (it only compiles it).
+child     PID 1 of its own PID namespace: rlimits, Landlock, uid/capability drop, closes every other fd,
+          then runs the program: as a script (stdio mode) or calls the entry point and writes the return
+          value as plain JSON to fd 3 (call mode).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import marshal
+import math
+import os
+import select
+import shutil
+import signal
+import struct
+import sys
+import time
+import traceback
+import types
+import warnings
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("_mrgrpo_isolation", os.path.join(_here, "isolation.py"))
+iso = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(iso)
+
+# Imported once here so that each forked test gets them for free.
+_PRELOAD = ("math", "collections", "heapq", "bisect", "itertools", "functools", "typing", "string", "re",
+            "operator", "random", "fractions", "decimal", "copy", "array", "datetime", "threading", "statistics")
+
+# Names a LeetCode-style judge provides to call-mode programs without an import (docs/sandbox.md).
+_PREAMBLE_MODULES = ("collections", "heapq", "bisect", "itertools", "functools", "math", "string", "re",
+                     "operator", "random", "sys", "typing")
+_PREAMBLE_FROM = {
+    "typing": ("List", "Dict", "Tuple", "Set", "FrozenSet", "Optional", "Union", "Any", "Callable", "Iterable",
+               "Iterator", "Generator", "Deque", "DefaultDict", "Sequence", "Mapping"),
+    "collections": ("deque", "defaultdict", "Counter", "OrderedDict", "namedtuple"),
+    "heapq": ("heappush", "heappop", "heapify", "heapreplace", "heappushpop", "nlargest", "nsmallest"),
+    "bisect": ("bisect", "bisect_left", "bisect_right", "insort", "insort_left", "insort_right"),
+    "itertools": ("accumulate", "chain", "combinations", "combinations_with_replacement", "count", "cycle",
+                  "groupby", "islice", "permutations", "product", "repeat", "starmap", "zip_longest"),
+    "functools": ("lru_cache", "cache", "reduce", "cmp_to_key", "partial"),
+    "math": ("inf", "gcd", "sqrt", "ceil", "floor", "log", "log2", "comb", "factorial"),
+}
+
+_HEADER = struct.Struct("<Q")
+_SETUP_FAILED = 70  # exit status of a child whose isolation setup failed (it never wrote the ready byte)
+_STDERR_KEEP = 8192
+
+
+class _Chunks:
+    """Bytes read from one pipe, kept in bytearrays (zeroed by wipe()); at most `cap` bytes kept (None: keep a tail)."""
+
+    _SIZE = 1 << 16
+
+    def __init__(self, cap: int | None):
+        self.cap = cap
+        self.parts: list[bytearray] = []
+        self.n = 0
+        self.over = False
+
+    def read_from(self, fd: int) -> int:
+        part = bytearray(self._SIZE)
+        n = os.readv(fd, [part])
+        if n == 0:
+            return 0
+        del part[n:]
+        self.n += n
+        if self.cap is not None and self.n > self.cap:
+            self.over = True
+            part[:] = bytes(n)
+            return n
+        self.parts.append(part)
+        if self.cap is None:  # keep only a tail (stderr)
+            while sum(len(p) for p in self.parts) > 2 * _STDERR_KEEP and len(self.parts) > 1:
+                old = self.parts.pop(0)
+                old[:] = bytes(len(old))
+        return n
+
+    def tail(self, n: int) -> bytearray:
+        return bytearray(b"".join(self.parts)[-n:])
+
+    def wipe(self) -> None:
+        for part in self.parts:
+            part[:] = bytes(len(part))
+        self.parts.clear()
+
+
+def send(fd: int, obj, buffers: list[_Chunks] = ()) -> None:
+    """A framed marshal message; then, for each buffer, its length in the message and its raw bytes (wiped)."""
+    if buffers:
+        obj = dict(obj, raw=[sum(len(p) for p in b.parts) for b in buffers])
+    data = marshal.dumps(obj)
+    views = [memoryview(_HEADER.pack(len(data)) + data)] + [memoryview(p) for b in buffers for p in b.parts]
+    try:
+        for view in views:
+            while view:
+                view = view[os.write(fd, view):]
+    finally:
+        for b in buffers:
+            b.wipe()
+
+
+def recv(fd: int):
+    """One framed message, or None at EOF."""
+    head = _read_exact(fd, _HEADER.size)
+    if head is None:
+        return None
+    (size,) = _HEADER.unpack(head)
+    body = _read_exact(fd, size)
+    if body is None:
+        raise EOFError("truncated message")
+    return marshal.loads(body)
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < size:
+        chunk = os.read(fd, min(size - got, 1 << 20))
+        if not chunk:
+            if got == 0:
+                return None
+            raise EOFError("truncated message")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+# ---------------------------------------------------------------- launcher
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    req_fd, resp_fd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    warnings_out: list[str] = []
+    layers = {"pid_ns": False, "net_ns": False, "tmpfs": False, "user_ns": False, "landlock": 0,
+              "per_slot_uid": False}
+    is_root = os.geteuid() == 0
+    uid, gid = os.getuid(), os.getgid()
+    flags = iso.CLONE_NEWNS | iso.CLONE_NEWNET | iso.CLONE_NEWPID | (0 if is_root else iso.CLONE_NEWUSER)
+    try:
+        if "namespaces" in cfg.get("disable", ()):
+            raise OSError(1, "disabled by configuration")
+        iso.unshare(flags)
+        if not is_root:
+            iso.map_user_namespace(uid, gid)
+            layers["user_ns"] = True
+        layers["pid_ns"] = layers["net_ns"] = True
+    except OSError as exc:
+        warnings_out.append(f"namespaces unavailable ({exc}): no private PID space (kill(-1) is contained by "
+                            "Landlock signal scoping only if available), no network namespace, no tmpfs")
+    slot_dir = cfg["slot_dir"]
+    if layers["pid_ns"]:
+        try:
+            iso.mount("none", "/", None, iso.MS_REC | iso.MS_PRIVATE)
+            iso.mount("tmpfs", slot_dir, "tmpfs", iso.MS_NOSUID | iso.MS_NODEV,
+                      f"size={cfg['tmpfs_bytes']},nr_inodes={cfg['tmpfs_inodes']},mode=0755")
+            layers["tmpfs"] = True
+        except OSError as exc:
+            warnings_out.append(f"no private tmpfs ({exc}): test directories live in {slot_dir} on the host "
+                                "file system; only RLIMIT_FSIZE bounds each file")
+        pid = os.fork()
+        if pid == 0:
+            iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # the parent kills a slot by killing the launcher
+            _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root)
+            os._exit(0)
+        os.close(req_fd)
+        os.close(resp_fd)
+        os.waitpid(pid, 0)
+        if layers["tmpfs"]:
+            try:
+                iso.umount(slot_dir)
+            except OSError:
+                pass
+        os._exit(0)
+    _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root)
+
+
+# ---------------------------------------------------------------- zygote
+
+
+class _Zygote:
+    def __init__(self, cfg, layers, warnings_out, is_root):
+        self.slot_dir = cfg["slot_dir"]
+        self.layers = layers
+        self.is_root = is_root
+        self.uid = cfg["uid"] if is_root else None
+        self.counter = 0
+        self.code_id = None
+        self.code = None  # compiled code object, or a syntax error message
+        for name in _PRELOAD:
+            __import__(name)
+        self.preamble = {}
+        for name in _PREAMBLE_MODULES:
+            self.preamble[name] = sys.modules[name]
+        for module, names in _PREAMBLE_FROM.items():
+            for name in names:
+                if hasattr(sys.modules[module], name):
+                    self.preamble[name] = getattr(sys.modules[module], name)
+        self.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if layers["pid_ns"] else None
+        self.abi = 0 if "landlock" in cfg.get("disable", ()) else iso.landlock_abi()
+        self.rules: list[tuple[int, int]] = []
+        if self.abi:
+            layers["landlock"] = self.abi
+            self._open_read_rules(cfg)
+        else:
+            warnings_out.append("Landlock unavailable: the program can read any file (as root it keeps "
+                                "CAP_DAC_READ_SEARCH so the interpreter stays importable), write wherever its uid "
+                                "may (its directory, world-writable directories such as /tmp), execute programs; "
+                                "TCP is blocked only by the network namespace")
+        if self.uid is not None:
+            layers["per_slot_uid"] = True
+        elif not layers["user_ns"]:
+            warnings_out.append("no per-slot uid or user namespace: RLIMIT_NPROC is shared by all processes of "
+                                "this user, so a fork bomb is bounded by that limit only")
+        self.warnings = warnings_out
+
+    def _open_read_rules(self, cfg) -> None:
+        dirs = {os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(os.__file__))}
+        for p in sys.path + cfg["extra_sys_path"]:
+            if p and os.path.exists(p):
+                dirs.add(p)
+        for p in ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/share/zoneinfo",
+                  "/etc/ld.so.cache", "/etc/localtime"):
+            if os.path.exists(p):
+                dirs.add(p)
+        seen = set()
+        for p in sorted(dirs):
+            real = os.path.realpath(p)
+            if real in seen:
+                continue
+            seen.add(real)
+            fd, is_dir = iso.open_path(real)
+            self.rules.append((fd, iso.rights_for(is_dir, iso.READ_DIR_RIGHTS)))
+        for dev in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"):
+            if os.path.exists(dev):
+                fd, _ = iso.open_path(dev)
+                self.rules.append((fd, iso.DEVICE_RIGHTS))
+
+    def compile(self, code_id, code: str | None):
+        if code_id == self.code_id:
+            return
+        self.code_id = code_id
+        lines = code.splitlines(keepends=True)
+        import linecache
+
+        linecache.cache["solution.py"] = (len(code), None, lines, "solution.py")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.code = compile(code, "solution.py", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+            where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
+            self.code = f"{type(exc).__name__}: {getattr(exc, 'msg', None) or exc}{where}"
+
+    def run_test(self, req) -> dict:
+        self.compile(req["code_id"], req.get("code"))
+        if isinstance(self.code, str):
+            return {"se": self.code}, []
+        self.counter += 1
+        tmp = os.path.join(self.slot_dir, f"t{self.counter}")
+        os.mkdir(tmp, 0o700)
+        fds: list[int] = []
+        try:
+            if self.uid is not None:
+                os.chown(tmp, self.uid, self.uid)
+            return self._fork_and_watch(req, tmp, fds)
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            shutil.rmtree(tmp, ignore_errors=True)
+            if os.path.exists(tmp):
+                raise RuntimeError(f"could not remove {tmp}")
+
+    def _fork_and_watch(self, req, tmp, fds) -> dict:
+        lim = req["limits"]
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        child_ends = [in_r, out_w, err_w, ctl_w, ready_w]
+        fds += [in_r, in_w, out_r, out_w, err_r, err_w, ctl_r, ctl_w, ready_r, ready_w]
+        if self.pidns_fd is not None:
+            iso.unshare(iso.CLONE_NEWPID)
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            self._child(req, tmp, in_r, out_w, err_w, ctl_w, ready_w)  # never returns
+        if self.pidns_fd is not None:
+            iso.setns(self.pidns_fd, iso.CLONE_NEWPID)
+        for fd in child_ends:
+            os.close(fd)
+            fds.remove(fd)
+        pidfd = os.pidfd_open(pid)
+        fds.append(pidfd)
+        return self._watch(pid, pidfd, start, lim, req.get("stdin", b""), in_w, out_r, err_r, ctl_r, ready_r)
+
+    def _watch(self, pid, pidfd, start, lim, stdin, in_w, out_r, err_r, ctl_r, ready_r) -> dict:
+        """Feed stdin, collect output under caps until the test's namespace is gone, enforce the deadline.
+
+        Output is read straight into bytearrays that are zeroed after sending, so no later program forked
+        from this process can find an earlier program's output in its (copied) memory.
+        """
+        cap = lim["output_bytes"]
+        bufs = {out_r: _Chunks(cap), ctl_r: _Chunks(cap + 4096), err_r: _Chunks(None), ready_r: _Chunks(16)}
+        tle = ole = exited = False
+        poller = select.poll()
+        readers = set(bufs)
+        for fd in readers:
+            poller.register(fd, select.POLLIN)
+        poller.register(pidfd, select.POLLIN)
+        stdin_view = memoryview(stdin)
+        os.set_blocking(in_w, False)
+        if stdin_view:
+            poller.register(in_w, select.POLLOUT)
+        else:
+            os.close(in_w)
+            in_w = -1
+        deadline = start + lim["wall_s"]
+        killed_at = None
+
+        def kill():
+            nonlocal killed_at
+            if killed_at is None:
+                killed_at = time.monotonic()
+                try:
+                    if self.pidns_fd is not None:
+                        os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: everything in it dies
+                    else:
+                        os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+        try:
+            while readers or not exited:
+                now = time.monotonic()
+                if killed_at is None and now >= deadline:
+                    if not exited:
+                        tle = True
+                    kill()  # without a PID namespace, daemonised children may still hold the pipes open
+                if killed_at is not None and now - killed_at > 10:
+                    raise RuntimeError("test process did not die 10 s after SIGKILL")
+                wait_ms = max(1, int(((deadline if killed_at is None else now + 0.5) - now) * 1000))
+                for fd, _event in poller.poll(wait_ms):
+                    if fd == in_w:
+                        try:
+                            stdin_view = stdin_view[os.write(in_w, stdin_view[: 1 << 16]):]
+                        except BrokenPipeError:
+                            stdin_view = stdin_view[:0]
+                        except BlockingIOError:
+                            pass
+                        if not stdin_view:
+                            poller.unregister(in_w)
+                            os.close(in_w)
+                            in_w = -1
+                    elif fd == pidfd:
+                        exited = True
+                        poller.unregister(pidfd)
+                    else:
+                        chunks = bufs[fd]
+                        n = chunks.read_from(fd)
+                        if n == 0:
+                            poller.unregister(fd)
+                            readers.discard(fd)
+                        elif chunks.over:
+                            if fd in (out_r, ctl_r):
+                                ole = True
+                            kill()
+            if in_w != -1:
+                os.close(in_w)
+            _, status, usage = os.wait4(pid, 0)
+            reply = {
+                "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                "sig": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                "cpu": usage.ru_utime + usage.ru_stime,
+                "wall": time.monotonic() - start,
+                "tle": tle,
+                "ole": ole,
+            }
+            if bytes(bufs[ready_r].tail(16)) != b"R" and not tle:
+                reply["infra"] = "test process setup failed: " + bytes(bufs[err_r].tail(2000)).decode("utf-8",
+                                                                                                   "replace")
+            return reply, [bufs[out_r], bufs[err_r], bufs[ctl_r]]
+        except BaseException:
+            for chunks in bufs.values():
+                chunks.wipe()
+            raise
+
+    # ------------------------------------------------------------ child (runs in the forked process)
+
+    def _child(self, req, tmp, in_r, out_w, err_w, ctl_w, ready_w) -> None:
+        try:
+            if self.pidns_fd is None:
+                os.setsid()
+            os.dup2(in_r, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.dup2(ctl_w, 3)
+            lim = req["limits"]
+            mem = lim["memory_mb"] << 20
+            user_ns_slack = 3 if self.layers["user_ns"] else 0  # launcher and zygote share our ns uid
+            iso.set_rlimits(cpu_s=max(1, math.ceil(lim["time_s"])), data_bytes=mem, as_bytes=mem + (1 << 30),
+                            stack_bytes=mem, fsize_bytes=lim["file_bytes"], nofile=64,
+                            nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"])
+                            else None)
+            if self.abi:
+                tmp_fd, _ = iso.open_path(tmp)
+                iso.landlock_restrict(self.abi, self.rules + [(tmp_fd, iso.ALL_FS_RIGHTS)])
+            if self.uid is not None:
+                iso.drop_to_user(self.uid, self.uid, keep_read_search=True)
+            elif self.layers["user_ns"]:
+                iso.drop_capabilities()
+            os.chdir(tmp)
+            os.write(ready_w, b"R")
+            iso.close_fds_from(4)
+        except BaseException:
+            try:
+                os.write(2, traceback.format_exc().encode())
+            finally:
+                os._exit(_SETUP_FAILED)
+        _run_program(self.code, req, tmp, self.preamble)
+
+
+def _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root) -> None:
+    sys.path.extend(p for p in cfg["extra_sys_path"] if p not in sys.path)
+    zygote = _Zygote(cfg, layers, warnings_out, is_root)
+    send(resp_fd, {"ready": True, "layers": layers, "warnings": zygote.warnings})
+    while True:
+        req = recv(req_fd)
+        if req is None:
+            return
+        reply, buffers = zygote.run_test(req)
+        send(resp_fd, reply, buffers)
+
+
+# ---------------------------------------------------------------- the program, inside the child
+
+
+class _Quitter:
+    """`exit()` / `quit()` as the site module defines them (we run without site)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Use {self.name}() or Ctrl-D (i.e. EOF) to exit"
+
+    def __call__(self, code=None):
+        raise SystemExit(code)
+
+
+def _to_plain(value, depth: int = 0):
+    """The return value as plain JSON data; anything else (custom objects, sets, ...) raises TypeError."""
+    if depth > 200:
+        raise TypeError("return value nested too deeply")
+    if value is None or type(value) is bool:
+        return value
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if type(value) in (list, tuple):
+        return [_to_plain(v, depth + 1) for v in value]
+    if type(value) is dict:
+        out = {}
+        for key, v in dict.items(value):
+            if type(key) is str:
+                k = key
+            elif key is None or type(key) in (bool, int, float):
+                k = json.dumps(key)
+            else:
+                raise TypeError(f"dict key of type {type(key).__name__} is not plain JSON")
+            out[k] = _to_plain(v, depth + 1)
+        return out
+    raise TypeError(f"return value of type {type(value).__name__} is not plain JSON")
+
+
+def _entry_point(namespace: dict, fn_name: str):
+    cls = namespace.get("Solution")
+    if isinstance(cls, type) and hasattr(cls, fn_name):
+        return getattr(cls(), fn_name)
+    fn = namespace.get(fn_name)
+    if callable(fn):
+        return fn
+    raise NameError(f"entry point {fn_name!r} is not defined (neither a function nor a method of class Solution)")
+
+
+def _join_threads() -> None:
+    import threading
+
+    main = threading.main_thread()
+    while True:
+        pending = [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
+        if not pending:
+            return
+        for t in pending:
+            t.join()
+
+
+def _exit_status(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_program(code, req, tmp, preamble) -> None:
+    sys.set_int_max_str_digits(0)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over RLIMIT_FSIZE: write() fails with EFBIG, no kill
+    sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False,
+                                       buffering=1)
+    os.environ["HOME"] = os.environ["TMPDIR"] = tmp
+    sys.argv = ["solution.py"]
+    if "random" in sys.modules:
+        sys.modules["random"].seed()
+    import builtins
+
+    builtins.exit, builtins.quit = _Quitter("exit"), _Quitter("quit")
+    main_module = types.ModuleType("__main__")
+    main_module.__builtins__ = builtins
+    sys.modules["__main__"] = main_module
+    call_mode = req["mode"] == "call"
+    if call_mode:
+        main_module.__dict__.update(preamble)
+    status, ctl = 0, {"kind": "ok"}
+    try:
+        try:
+            exec(code, main_module.__dict__)
+            if call_mode:
+                fn = _entry_point(main_module.__dict__, req["fn_name"])
+                value = fn(*marshal.loads(req["args"]))
+                try:
+                    ctl = {"kind": "result", "value": json.dumps(_to_plain(value), allow_nan=True)}
+                except (TypeError, ValueError, RecursionError) as exc:
+                    ctl = {"kind": "badtype", "detail": str(exc)[:300]}
+            _join_threads()
+        except SystemExit as exc:
+            _join_threads()
+            status = _exit_status(exc.code)
+            if call_mode and ctl["kind"] == "ok":
+                ctl = {"kind": "exc", "detail": f"SystemExit({exc.code!r}) before returning"}
+                status = status or 1
+    except MemoryError:
+        status, ctl = 1, {"kind": "memory"}
+    except BaseException as exc:  # the program's own exception: report it like the interpreter would
+        status = 1
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        try:
+            sys.stderr.write("".join(traceback.format_exception(type(exc), exc, tb)))
+        except BaseException:
+            pass
+        ctl = {"kind": "exc", "detail": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    try:
+        data = json.dumps(ctl).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(3, view):]
+    except BaseException:
+        pass
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""Hostile programs: each test is one attack that must fail, and the test runner must survive it.
+
+Verdict-wise every attack must end as a non-AC verdict (0 false passes); several also check the host side
+(no file written, runner alive, no process left).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+
+import pytest
+
+from mrgrpo.sandbox import Job, Limits, Verdict, run
+
+FAST = Limits(time_s=1, wall_s=2)
+
+
+def run1(code: str, stdin: str = "", expected: str = "SECRET-EXPECTED\n", limits: Limits = FAST):
+    result = run(Job(code=textwrap.dedent(code), inputs=[stdin], outputs=[expected], limits=limits))
+    assert result.verdict is not Verdict.AC, result
+    assert result.verdict is not Verdict.INFRA, result
+    return result
+
+
+def test_stack_walking_cannot_find_expected_output():
+    result = run1("""
+        import gc, sys
+        seen = []
+        f = sys._getframe()
+        while f:
+            seen.append(repr(f.f_locals)); f = f.f_back
+        seen += [repr(o) for o in gc.get_objects() if isinstance(o, (str, bytes, dict))]
+        needle = 'SECRET-' + 'EXPECTED'  # never spelled out: the program's own source is in memory
+        hits = [s for s in seen if needle in s]
+        print(hits[0] if hits else 'nothing')
+    """)
+    assert result.verdict is Verdict.WA
+    assert "SECRET-EXPECTED" not in result.tests[0].stdout
+
+
+def test_lying_eq_object_is_not_accepted_in_call_mode():
+    code = """
+        class Liar:
+            def __eq__(self, other): return True
+            def __ne__(self, other): return False
+        def f(x): return Liar()
+    """
+    result = run(Job(code=textwrap.dedent(code), inputs=[[1]], outputs=[42], fn_name="f"))
+    assert result.verdict is Verdict.WA
+
+
+def test_lying_int_subclass_is_judged_by_its_value():
+    code = """
+        class Liar(int):
+            def __eq__(self, other): return True
+        def f(x): return Liar(0)
+    """
+    assert run(Job(code=textwrap.dedent(code), inputs=[[1]], outputs=[42], fn_name="f")).verdict is Verdict.WA
+
+
+def test_kill_all_processes_does_not_reach_the_runner():
+    run1("""
+        import os, signal
+        for sig in (signal.SIGKILL, signal.SIGTERM):
+            try: os.kill(-1, sig)
+            except OSError: pass
+        print('done')
+    """)
+    assert run(Job(code="print(1)", inputs=[""], outputs=["1"])).verdict is Verdict.AC
+
+
+def test_killpg_and_signals_to_the_runner_fail():
+    run1(f"""
+        import os, signal
+        for target in ({os.getpid()}, {os.getppid()}, 1):
+            for call in (os.kill, os.killpg):
+                try: call(target, signal.SIGKILL)
+                except OSError: pass
+        print('done')
+    """)
+
+
+def test_fork_bomb_is_contained():
+    result = run1("""
+        import os
+        while True:
+            try: os.fork()
+            except OSError: pass
+    """)
+    assert result.verdict in (Verdict.TLE, Verdict.RE, Verdict.MLE)
+    assert run(Job(code="print(1)", inputs=[""], outputs=["1"])).verdict is Verdict.AC
+
+
+def test_memory_flood_is_mle():
+    result = run1("""
+        a = []
+        while True: a.append(bytearray(50 << 20))
+    """, limits=Limits(time_s=4, wall_s=8, memory_mb=256))
+    assert result.verdict is Verdict.MLE
+
+
+def test_shared_memory_mapping_is_bounded():
+    run1("import mmap\nm = mmap.mmap(-1, 8 << 30)\nm[-1:] = b'x'\nprint('mapped')")
+
+
+def test_disk_flood_is_bounded_by_file_size_and_tmpfs():
+    result = run1("""
+        i = 0
+        while True:
+            with open(f'f{i}', 'wb') as f: f.write(b'x' * (4 << 20))
+            i += 1
+    """)
+    assert result.verdict is Verdict.RE
+    assert "No space left" in result.tests[0].stderr or "too large" in result.tests[0].stderr
+
+
+def test_single_file_over_file_cap_fails():
+    result = run1("open('big', 'wb').write(b'x' * (2 << 20))",
+                  limits=Limits(time_s=1, wall_s=2, file_bytes=1 << 20))
+    assert result.verdict is Verdict.RE
+
+
+def test_output_flood_is_ole():
+    result = run1("while True: print('x' * 10000)", limits=Limits(time_s=2, wall_s=4, output_bytes=1 << 20))
+    assert result.verdict is Verdict.OLE
+
+
+def test_network_connect_to_localhost_fails():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        result = run1(f"""
+            import socket
+            s = socket.socket(); s.settimeout(1)
+            s.connect(('127.0.0.1', {port}))
+            print('connected')
+        """)
+        assert result.verdict is Verdict.RE
+        server.settimeout(0.2)
+        with pytest.raises(OSError):
+            server.accept()
+    finally:
+        server.close()
+
+
+def test_udp_and_dns_fail():
+    result = run1("""
+        import socket
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.sendto(b'x', ('8.8.8.8', 53))
+        print('sent')
+    """)
+    assert result.verdict is Verdict.RE
+
+
+def test_write_outside_temp_dir_is_refused(tmp_path):
+    target = tmp_path / "pwned"
+    result = run1(f"open({str(target)!r}, 'w').write('x')\nopen('/tmp/mrgrpo-pwned', 'w').write('x')")
+    assert result.verdict is Verdict.RE
+    assert not target.exists() and not os.path.exists("/tmp/mrgrpo-pwned")
+
+
+def test_delete_outside_temp_dir_is_refused(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    os.chmod(tmp_path, 0o777)
+    run1(f"import os, shutil\nos.remove({str(victim)!r})\nshutil.rmtree({str(tmp_path)!r})")
+    assert victim.read_text() == "keep me"
+
+
+def test_reading_data_files_is_refused(tmp_path):
+    secret = tmp_path / "answers.jsonl"
+    secret.write_text("SECRET-EXPECTED\n")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(secret, 0o644)
+    result = run1(f"print(open({str(secret)!r}).read())")
+    assert result.verdict is Verdict.RE
+
+
+def test_exec_of_other_programs_is_refused():
+    result = run1("""
+        import os, subprocess
+        print(os.system('echo hacked'))
+        subprocess.run(['/bin/echo', 'hacked'])
+    """)
+    assert "hacked" not in result.tests[0].stdout
+
+
+def test_environment_is_scrubbed(monkeypatch):
+    monkeypatch.setenv("MRGRPO_SECRET_TOKEN", "hunter2")
+    result = run1("import os\nprint(sorted(os.environ.items()))")
+    out = result.tests[0].stdout
+    assert "hunter2" not in out and "MRGRPO_SECRET_TOKEN" not in out
+    assert "OPENBLAS_NUM_THREADS" in out
+
+
+def test_daemonised_child_dies_with_the_test():
+    marker = "mrgrpo-daemon-marker-7351"
+    result = run(Job(code=textwrap.dedent(f"""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                import sys; sys.argv = ['{marker}']
+                time.sleep(60)
+            os._exit(0)
+        print('bye')
+    """), inputs=[""], outputs=["bye"], limits=FAST))
+    assert result.verdict is Verdict.AC
+    uids = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uids.add(int(next(line for line in f if line.startswith("Uid:")).split()[1]))
+        except (OSError, StopIteration):
+            pass
+    base = 1_000_000_000 + 64 * (os.getpid() % (1 << 22))  # this process's per-slot uids (pool.py)
+    assert not [u for u in uids if base <= u < base + 64]  # no process of our sandbox uids is left
+
+
+def test_state_does_not_leak_between_tests():
+    code = """
+        import os, builtins
+        print(getattr(builtins, 'leak', 'fresh'), sorted(os.listdir('.')))
+        builtins.leak = 'leaked'
+        open('left-behind', 'w').write('x')
+    """
+    result = run(Job(code=textwrap.dedent(code), inputs=["", ""], outputs=["fresh []", "fresh []"]))
+    assert result.verdict is Verdict.AC, result
+
+
+def test_scribbling_on_the_result_channel_does_not_pass():
+    code = """
+        import os
+        def f(x):
+            os.write(3, b'{"kind": "result", "value": "42"}')
+            return 0
+    """
+    assert run(Job(code=textwrap.dedent(code), inputs=[[1]], outputs=[42], fn_name="f")).verdict is not Verdict.AC
