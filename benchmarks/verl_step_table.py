@@ -3,9 +3,8 @@
     python benchmarks/verl_step_table.py run1.log [run2.log ...] [--skip-first]
 
 verl prints one line per step: `step:N - key:value - key:value ...`. This picks the time split
-(generation, reward, old log-prob, update, whole step), the agent loop's time waiting on the reward
-(`agent_loop/compute_score`) and on the sandbox for feedback (`agent_loop/tool_calls`), throughput
-and peak GPU memory, and prints one markdown table per log plus a mean over steps (optionally
+(generation, reward, old log-prob, update, weight sync, whole step), throughput, the actor's peak GPU
+memory, turns per trajectory, score, largest advantage and gradient norm, and prints one markdown table per log plus a mean over steps (optionally
 without step 1, which holds JIT and worker start-up).
 """
 
@@ -24,14 +23,16 @@ COLUMNS = {
     "ref_s": "timing_s/ref",
     "update_s": "timing_s/update_actor",
     "upd_weights_s": "timing_s/update_weights",
-    "wait_reward_s": "agent_loop/compute_score/mean",
-    "sandbox_fb_s": "agent_loop/tool_calls/mean",
     "tok/s/gpu": "perf/throughput",
-    "peak_gb": "perf/max_memory_allocated_gb",
+    "peak_gb": "actor/perf/max_memory_allocated_gb",
+    "turns": "num_turns/mean",
     "score": "critic/score/mean",
+    "adv_max": "critic/advantages/max",
+    "grad_norm": "actor/grad_norm",
     "resp_len": "response_length/mean",
 }
 _STEP_RE = re.compile(r"step:(\d+) - (.*)")
+_NP_WRAPPED = re.compile(r"^np\.\w+\((.*)\)$")
 
 
 def parse_steps(text: str) -> dict[int, dict[str, float]]:
@@ -45,6 +46,7 @@ def parse_steps(text: str) -> dict[int, dict[str, float]]:
             key, sep, value = part.rpartition(":")
             if not sep:
                 continue
+            value = _NP_WRAPPED.sub(r"\1", value.strip())  # pprint shows numpy scalars as np.float64(2.5)
             try:
                 metrics[key.strip()] = float(value)
             except ValueError:

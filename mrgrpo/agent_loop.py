@@ -66,6 +66,7 @@ from verl.utils.profiler import simple_timer
 
 from mrgrpo import prompts
 from mrgrpo.code_extract import extract_code, strip_think
+from mrgrpo.marker import mark_once
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +75,6 @@ PLAN_SOURCES = ("self", "teacher", "none")
 # The fixed key set of ``AgentLoopOutput.extra_fields`` written by this loop (the reward reads them).
 EXTRA_FIELD_KEYS = ("final_code", "plan", "rounds", "public_pass", "stop_reason", "plan_source")
 STOP_REASONS = ("passed", "rounds", "budget", "truncated", "no_public_tests", "infra")
-
-_MARKED_PIDS: set[int] = set()
-
 
 class State(str, Enum):
     START = "start"
@@ -288,13 +286,8 @@ class PlanCodeAgentLoop(AgentLoopBase):
             raise ValueError(f"PlanCodeAgentLoop: plan_source must be one of {PLAN_SOURCES}, got {self.plan_source!r}")
         self.response_length = int(self.rollout_config.response_length)
         self.eos_ids = self._end_of_turn_ids()
-        if os.getpid() not in _MARKED_PIDS:
-            _MARKED_PIDS.add(os.getpid())
-            print(
-                f"MRGRPO_MARKER component=agent_loop pid={os.getpid()} cls={type(self).__name__} "
-                f"rounds={self.rounds} plan_source={self.plan_source} response_length={self.response_length}",
-                flush=True,
-            )
+        mark_once("agent_loop", cls=type(self).__name__, rounds=self.rounds, plan_source=self.plan_source,
+                  response_length=self.response_length)
 
     def _end_of_turn_ids(self) -> frozenset[int]:
         ids = set()

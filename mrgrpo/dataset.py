@@ -12,23 +12,12 @@ measures the prompt the policy really sees (the filter tokenizes the prompt colu
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-_MARKED_PIDS: set[int] = set()
-
-
-def _print_marker_once(component: str, **fields: Any) -> None:
-    """One ``MRGRPO_MARKER`` line per process, so a launch log shows our code ran in each process."""
-    pid = os.getpid()
-    if pid in _MARKED_PIDS:
-        return
-    _MARKED_PIDS.add(pid)
-    extra = "".join(f" {k}={v}" for k, v in fields.items())
-    print(f"MRGRPO_MARKER component={component} pid={pid}{extra}", flush=True)
+from mrgrpo.marker import mark_once
 
 
 def resolve_sys_prompt(value: Any) -> str | None:
@@ -87,7 +76,7 @@ class MrGRPODataset(RLHFDataset):
     def __init__(self, data_files, tokenizer, config, processor=None, max_samples: int = -1):
         # Read before super().__init__, which loads and filters the files (and calls our hook below).
         self.adjust_sys_prompt = resolve_sys_prompt(config.get("adjust_sys_prompt", None))
-        _print_marker_once(
+        mark_once(
             "dataset",
             cls=type(self).__name__,
             adjust_sys_prompt="set" if self.adjust_sys_prompt is not None else "unset",

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from mrgrpo.code_extract import extract_code
+from mrgrpo.marker import mark_once
 from mrgrpo.sandbox import ExecResult, Job, Limits, Verdict, run, run_async
 
 logger = logging.getLogger("mrgrpo.reward")
@@ -201,6 +202,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
         'NO_CODE'
     """
     call = _Call(solution_str, ground_truth, extra_info, kwargs)
+    mark_once("reward", fn="compute_score", has_final_code=bool(extra_info and "final_code" in extra_info))
     return call.finish(run(call.job) if call.code is not None else None)
 
 
@@ -208,4 +210,5 @@ async def compute_score_async(data_source: str, solution_str: str, ground_truth,
                               **kwargs) -> dict:
     """`compute_score` for an event loop: the sandbox runs on its own threads, the loop is never blocked."""
     call = _Call(solution_str, ground_truth, extra_info, kwargs)
+    mark_once("reward", fn="compute_score_async", has_final_code=bool(extra_info and "final_code" in extra_info))
     return call.finish(await run_async(call.job) if call.code is not None else None)

@@ -100,9 +100,9 @@ def test_filter_measures_the_adjusted_prompt(parquet_path, tiny_tokenizer, tmp_p
 
 
 def test_marker_printed_once_per_process(parquet_path, tiny_tokenizer, tmp_path, capsys):
-    import mrgrpo.dataset as mod
+    import mrgrpo.marker
 
-    mod._MARKED_PIDS.clear()
+    mrgrpo.marker._seen.clear()
     MrGRPODataset(str(parquet_path), tiny_tokenizer, make_config(cache_dir=str(tmp_path)))
     MrGRPODataset(str(parquet_path), tiny_tokenizer, make_config(cache_dir=str(tmp_path)))
     assert capsys.readouterr().out.count("MRGRPO_MARKER component=dataset pid=") == 1
