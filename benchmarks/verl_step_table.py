@@ -4,8 +4,8 @@
 
 verl prints one line per step: `step:N - key:value - key:value ...`. This picks the time split
 (generation, reward, old log-prob, update, weight sync, whole step), throughput, the actor's peak GPU
-memory, turns per trajectory, score, largest advantage and gradient norm, and prints one markdown table per log plus a mean over steps (optionally
-without step 1, which holds JIT and worker start-up).
+memory, turns per trajectory, score, largest advantage and gradient norm, and prints one markdown table
+per log plus a mean over steps (optionally without step 1, which holds JIT and worker start-up).
 """
 
 from __future__ import annotations

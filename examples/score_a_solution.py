@@ -23,7 +23,8 @@ def main() -> None:
     print(f"problem {problem.source_id} ({problem.difficulty}): {problem.statement[:80]}...")
     for name, answer in answers.items():
         r = compute_score("apps_plus", answer, ground_truth, extra_info={})
-        print(f"  {name:10s} score={r['score']:.1f} verdict={r['verdict']:8s} passed {r['num_passed']}/{r['num_tests']}")
+        passed = f"{r['num_passed']}/{r['num_tests']}"
+        print(f"  {name:10s} score={r['score']:.1f} verdict={r['verdict']:8s} passed {passed}")
     # The original mrGRPO's weights: 0.7 correctness + 0.2 format + 0.1 length (reward.custom_reward_function.
     # reward_kwargs in the verl config).
     weighted = compute_score("apps_plus", answers["wrong"], ground_truth, correctness_weight=0.7, format_weight=0.2,
