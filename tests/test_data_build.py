@@ -161,3 +161,23 @@ def test_same_seed_same_bytes(built, tmp_path):
     assert (out / "train.parquet").read_bytes() == (built / "train.parquet").read_bytes()
     pipeline.run_build(out, BuildOptions(use_plans=False, seed=1))
     assert (out / "val.parquet").read_bytes() != (built / "val.parquet").read_bytes()
+
+
+def test_float_tolerance_reaches_the_reward():
+    """A problem validated only with a float tolerance carries it in its ground truth, so the reward uses it."""
+    from mrgrpo.apps import Problem
+    from mrgrpo.data.build import make_row
+    from mrgrpo.reward import compute_score
+
+    p = Problem(source_id="t:1", data_source="apps_plus", statement="Print one third.", io_mode="stdio",
+                fn_name=None, class_name=None, starter_code="", inputs=["\n", "\n"], outputs=["0.333333\n"] * 2,
+                difficulty="introductory", reference_solution="print(1/3)\n")
+    problem_row = {"special": ["float_output", "needs_float_tol"], "float_tol": 1e-6,
+                   "public_tests": {"inputs": ["\n"], "outputs": ["0.333333\n"]}}
+    row = make_row(p, problem_row, plan="", plan_model="", split="train", index=0)
+    gt = json.loads(row["reward_model"]["ground_truth"])
+    assert gt["float_tol"] == 1e-6
+    answer = "```python\nprint(1/3)\n```"  # 0.3333333333333333: off by 3.3e-7
+    assert compute_score("apps_plus", answer, gt)["verdict"] == "AC"
+    del gt["float_tol"]
+    assert compute_score("apps_plus", answer, gt)["verdict"] == "WA"

@@ -85,11 +85,14 @@ def stratified_split(keys_by_difficulty: dict[str, list[str]], val_fraction: flo
 
 def make_row(p: Problem, problem_row: dict, plan: str, plan_model: str, split: str, index: int) -> dict:
     special = list(problem_row.get("special") or [])
+    ground_truth = p.ground_truth()
+    if problem_row.get("float_tol") is not None:  # validated float answers: the reward compares with tolerance
+        ground_truth["float_tol"] = problem_row["float_tol"]
     return {
         "data_source": p.data_source,
         "prompt": prompts.build_messages(p.statement, p.starter_code, p.io_mode, p.fn_name, plan or None, p.class_name),
         "ability": ABILITY,
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(p.ground_truth(), ensure_ascii=False)},
+        "reward_model": {"style": "rule", "ground_truth": json.dumps(ground_truth, ensure_ascii=False)},
         "extra_info": {
             "index": index,
             "split": split,

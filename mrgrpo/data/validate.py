@@ -22,7 +22,7 @@ from mrgrpo.apps import Problem, RecordError, read_problems
 from mrgrpo.data import store
 from mrgrpo.data.runner import ReferenceRunner, RefJob, RefOutcome
 
-VALIDATE_VERSION = "validate-v1"  # bump when flags/splitting change: invalidates the stage fingerprint
+VALIDATE_VERSION = "validate-v2"  # bump when flags/splitting change: invalidates the stage fingerprint
 
 # Names LeetCode/Codewars judges provide without an import; a call-mode reference using one of them
 # undefined gets the "needs_preamble" flag (the sandbox supplies the preamble, see docs/data.md).
@@ -313,6 +313,8 @@ def validate(
             where=where,
             problem_hash=problem_hash(p),
             special=sorted(set(flags)),
+            # the reward and the agent loop judge such problems with this tolerance (ground truth "float_tol")
+            float_tol=options.float_tol if "needs_float_tol" in flags else None,
             n_public=k,
             public_tests=public_tests_json(p, k),
             reference={
