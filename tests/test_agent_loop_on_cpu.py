@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import types
 
 import hydra
 import pytest
@@ -23,6 +22,7 @@ from verl.workers.rollout.replica import TokenOutput
 import mrgrpo.agent_loop as al
 from mrgrpo import prompts
 from mrgrpo.code_extract import extract_code
+from mrgrpo.sandbox import ExecResult, Job, TestResult, Verdict
 
 STATEMENT = "Read n and print n + 1."
 PLAN = "Read the integer, add one, print it."
@@ -61,28 +61,20 @@ class FakeServer:
         return TokenOutput(token_ids=ids, log_probs=lps, num_preempted=0, extra_fields={"max_global_steps": 1})
 
 
-@dataclasses.dataclass(frozen=True)
-class FakeJob:
-    code: str
-    inputs: list
-    outputs: list
-    fn_name: str | None = None
-    float_tol: float | None = None
-    stop_on_first_failure: bool = True
-
-
 class FakeSandbox:
-    """Stands in for mrgrpo.sandbox: runs nothing; the verdict is looked up from the program text."""
+    """Stands in for mrgrpo.sandbox's `run_async`: runs nothing, looks the verdict up from the program text,
+    and answers with the real result types (so the loop sees exactly the shape the sandbox returns)."""
+
+    Job = Job
 
     def __init__(self, verdicts: dict[str, str], delay: float = 0.0):
         self.verdicts = {extract_code(answer): v for answer, v in verdicts.items()}
         self.delay = delay
-        self.jobs: list[FakeJob] = []
+        self.jobs: list[Job] = []
         self.in_flight = 0
         self.max_in_flight = 0
-        self.Job = FakeJob
 
-    async def run_async(self, job: FakeJob):
+    async def run_async(self, job: Job) -> ExecResult:
         self.jobs.append(job)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -90,26 +82,15 @@ class FakeSandbox:
             await asyncio.sleep(self.delay)
         finally:
             self.in_flight -= 1
-        verdict = self.verdicts[job.code]
-        if verdict == "AC":
-            tests = tuple(
-                types.SimpleNamespace(index=i, verdict="AC", time_s=0.01, stdout=o, stderr="")
-                for i, o in enumerate(job.outputs)
-            )
-            return types.SimpleNamespace(verdict="AC", passed=len(tests), total=len(tests), tests=tests, time_s=0.1,
-                                         detail="")
-        first = types.SimpleNamespace(index=0, verdict="AC", time_s=0.01, stdout=job.outputs[0], stderr="")
-        bad = types.SimpleNamespace(
-            index=1,
-            verdict=verdict,
-            time_s=0.01,
-            stdout="5\n" if verdict == "WA" else "",
-            stderr="Traceback (most recent call last):\nZeroDivisionError: integer division by zero"
-            if verdict == "RE"
-            else "",
-        )
-        return types.SimpleNamespace(verdict=verdict, passed=1, total=len(job.inputs), tests=(first, bad), time_s=0.1,
-                                     detail="")
+        verdict = Verdict(self.verdicts[job.code])
+        if verdict is Verdict.AC:
+            tests = tuple(TestResult(i, Verdict.AC, 0.01, o, "") for i, o in enumerate(job.outputs))
+            return ExecResult(Verdict.AC, len(tests), len(tests), tests, 0.1, "")
+        first = TestResult(0, Verdict.AC, 0.01, job.outputs[0], "")
+        stderr = "Traceback (most recent call last):\nZeroDivisionError: integer division by zero"
+        bad = TestResult(1, verdict, 0.01, "5\n" if verdict is Verdict.WA else "",
+                         stderr if verdict is Verdict.RE else "")
+        return ExecResult(verdict, 1, len(job.inputs), (first, bad), 0.1, "")
 
 
 # ------------------------------------------------------------------ helpers
