@@ -184,8 +184,8 @@ def test_drift_naive_manager_behaviour(monkeypatch, capsys):
 
 
 def test_version_mismatch(monkeypatch, capsys):
-    real = upstream.metadata.version
-    monkeypatch.setattr(upstream.metadata, "version", lambda name: "0.9.2" if name == "verl" else real(name))
+    real = upstream.delta.metadata.version
+    monkeypatch.setattr(upstream.delta.metadata, "version", lambda name: "0.9.2" if name == "verl" else real(name))
     code, report = run_json(capsys)
     assert code == 1
     assert "installed 0.9.2 but mrgrpo pins 0.9.1" in messages(report)
