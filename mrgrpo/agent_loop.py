@@ -529,7 +529,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
                 if _verdict_name(failing.verdict) == "WA":
                     failure["got"] = failing.stdout
                 failure["stderr"] = _tail(failing.stderr or "", self.feedback_stderr_chars)
-            if not failure.get("stderr") and result.detail:
+            elif result.detail:  # no test ran (e.g. a syntax error): the sandbox's detail is the only message
                 failure["stderr"] = _tail(result.detail, self.feedback_stderr_chars)
         message = prompts.build_feedback_prompt([failure], n_shown=1, max_chars=limit)
         hard_cap = 6 * limit + 1000

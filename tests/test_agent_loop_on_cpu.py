@@ -500,3 +500,19 @@ def test_verl_worker_postprocess_pads_our_output(tiny_tokenizer, sandbox):
     assert internal.response_mask[0, n:].sum() == 0
     assert internal.response_logprobs[0, :n].tolist() == pytest.approx(out.response_logprobs)
     assert internal.attention_mask.sum() == len(out.prompt_ids) + n
+
+
+def test_feedback_never_shows_the_sandbox_summary_as_program_output(tiny_tokenizer):
+    """A failed test's feedback shows the program's own stderr (here: none), not the sandbox's `detail`."""
+    loop = make_loop(tiny_tokenizer, FakeServer(tiny_tokenizer, []))
+    tests = al.PublicTests(inputs=["1\n"], outputs=["2\n"], fn_name=None)
+    wrong = ExecResult(Verdict.WA, 0, 1, (TestResult(0, Verdict.WA, 0.01, "5\n", ""),), 0.1, "test 0: WA")
+    message = loop.feedback_message(wrong, tests)
+    assert "test 0: WA" not in message and "5" in message
+
+
+def test_feedback_for_a_syntax_error_shows_the_compiler_message(tiny_tokenizer):
+    loop = make_loop(tiny_tokenizer, FakeServer(tiny_tokenizer, []))
+    tests = al.PublicTests(inputs=["1\n"], outputs=["2\n"], fn_name=None)
+    syntax = ExecResult(Verdict.SE, 0, 1, (), 0.0, "SyntaxError: invalid syntax (line 1)")
+    assert "SyntaxError: invalid syntax" in loop.feedback_message(syntax, tests)
