@@ -38,7 +38,8 @@ Sandbox calls are awaited (never blocking the event loop) behind a per-process s
 (``sandbox_concurrency``; env ``MRGRPO_SANDBOX_CONCURRENCY`` overrides).
 
 Budget. Every generation gets ``max_tokens`` = the remaining ``response_length`` (all turns share it; a plan
-turn is further capped by ``plan_max_tokens``); an injected turn is appended only if at least
+turn is further capped by ``plan_max_tokens``: a plan cut there is closed with an injected end-of-turn token,
+mask 0, and the code is still asked for); an injected turn is appended only if at least
 ``min_turn_tokens`` remain after it.
 
 ``extra_fields`` (fixed keys, ``EXTRA_FIELD_KEYS``; verl merges them into the reward's ``extra_info``):
@@ -230,6 +231,7 @@ class Trajectory:
     plan: str = ""
     last_text: str = ""  # decoded text of the latest generation
     last_complete: bool = True  # the latest generation ended with an end-of-turn token
+    last_len: int = 0  # tokens in the latest generation
     attempts: int = 0  # code turns generated
     attempt_code: str | None = None
     final_code: str = ""
@@ -286,6 +288,8 @@ class PlanCodeAgentLoop(AgentLoopBase):
             raise ValueError(f"PlanCodeAgentLoop: plan_source must be one of {PLAN_SOURCES}, got {self.plan_source!r}")
         self.response_length = int(self.rollout_config.response_length)
         self.eos_ids = self._end_of_turn_ids()
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.close_turn_id = im_end if im_end in self.eos_ids else int(self.tokenizer.eos_token_id)
         mark_once("agent_loop", cls=type(self).__name__, rounds=self.rounds, plan_source=self.plan_source,
                   response_length=self.response_length)
 
@@ -363,7 +367,11 @@ class PlanCodeAgentLoop(AgentLoopBase):
         await self._generate(t, cap=self.plan_max_tokens)
         t.plan = strip_think(t.last_text).strip()
         if not t.last_complete:
-            return self._stop(t, "budget" if self._remaining(t) <= 0 else "truncated")
+            if self._remaining(t) <= 0:
+                return self._stop(t, "budget")
+            if self.plan_max_tokens is None or t.last_len < int(self.plan_max_tokens):
+                return self._stop(t, "truncated")  # the server stopped without an end-of-turn token
+            self._close_turn(t)  # the plan hit plan_max_tokens: end its turn and ask for the code anyway
         if self._out_of_budget(t):
             return self._stop(t, "budget")
         return State.ASK_CODE
@@ -470,6 +478,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
         t.response_logprobs = logprobs if want_logprobs else None
         t.assistant_turns += 1
         t.last_complete = bool(token_ids) and token_ids[-1] in self.eos_ids
+        t.last_len = len(token_ids)
         # Keep <think>/</think> (special in some tokenizers); drop only the end-of-turn token.
         visible = token_ids[:-1] if t.last_complete else token_ids
         t.last_text = self.tokenizer.decode(visible, skip_special_tokens=False)
@@ -481,6 +490,14 @@ class PlanCodeAgentLoop(AgentLoopBase):
             t.gen_extra.update(extra)
         elif extra.get("max_global_steps") is not None:
             t.gen_extra["max_global_steps"] = extra["max_global_steps"]
+
+    def _close_turn(self, t: Trajectory) -> None:
+        """End an assistant turn cut off at its token cap with the end-of-turn token, injected (mask 0, logprob
+        0.0): the model is not trained to emit it there, and the next injected turn renders as the template does."""
+        t.token_ids = [*t.token_ids, self.close_turn_id]
+        t.response_mask = [*t.response_mask, 0]
+        if t.response_logprobs is not None:
+            t.response_logprobs = [*t.response_logprobs, 0.0]
 
     async def _append_user(self, t: Trajectory, content: str) -> bool:
         """Append an injected user turn (mask 0) if it leaves at least ``min_turn_tokens`` to generate."""

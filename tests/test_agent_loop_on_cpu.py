@@ -339,14 +339,32 @@ def test_self_plan_then_code(tiny_tokenizer, sandbox):
     assert out.num_turns == 4
 
 
-def test_self_plan_cut_by_plan_cap(tiny_tokenizer, sandbox):
+def test_self_plan_cut_by_plan_cap_still_gets_the_code_turn(tiny_tokenizer, sandbox):
+    """A plan that hits plan_max_tokens is closed with an injected end-of-turn token (mask 0), then the code
+    is asked for: the cap bounds the plan, it does not end the trajectory."""
     tok = tiny_tokenizer
-    server = FakeServer(tok, [("cut", "Plan: " + "step " * 100)])
+    server = FakeServer(tok, [("cut", "Plan: " + "step " * 100), GOOD])
     out = run(make_loop(tok, server, plan_source="self", plan_max_tokens=16), make_row())
     check_accounting(tok, out, server)
-    assert len(out.response_ids) == 16
+    assert server.calls[0]["params"]["max_tokens"] == 16 and len(server.outputs[0]) == 16
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert out.response_ids[16] == im_end and out.response_mask[16] == 0 and out.response_logprobs[16] == 0.0
+    plan_text = tok.decode(server.outputs[0], skip_special_tokens=False)
+    assert decoded_response(tok, out) == (plan_text + "<|im_end|>\n<|im_start|>user\n" + prompts.CODE_AFTER_PLAN_PROMPT
+                                          + "<|im_end|>\n" + GEN + GOOD + "<|im_end|>")
     ef = out.extra_fields
-    assert (ef["stop_reason"], ef["rounds"], ef["public_pass"], ef["final_code"]) == ("truncated", 0, [], "")
+    assert ef["plan"] == plan_text.strip()
+    assert (ef["stop_reason"], ef["rounds"], ef["public_pass"]) == ("passed", 1, [True])
+
+
+def test_plan_cut_by_the_response_budget_ends_the_trajectory(tiny_tokenizer, sandbox):
+    tok = tiny_tokenizer
+    server = FakeServer(tok, [("cut", "Plan: " + "step " * 400)])
+    out = run(make_loop(tok, server, cfg=make_config(response_length=40), plan_source="self"), make_row())
+    check_accounting(tok, out, server)
+    assert len(out.response_ids) == 40 and all(m == 1 for m in out.response_mask)
+    ef = out.extra_fields
+    assert (ef["stop_reason"], ef["rounds"], ef["public_pass"], ef["final_code"]) == ("budget", 0, [], "")
 
 
 def test_no_code_gets_feedback_without_running(tiny_tokenizer, sandbox):
