@@ -36,6 +36,11 @@ def _tokens_equal(expected: str, actual: str, float_tol: float | None) -> bool:
         e, a = float(expected), float(actual)
     except ValueError:
         return False
+    return _floats_close(e, a, float_tol)
+
+
+def _floats_close(e: float, a: float, float_tol: float) -> bool:
+    """The one tolerance rule (stdout tokens and call results): |a - e| <= tol * max(1, |e|); NaN never equal."""
     if math.isnan(e) or math.isnan(a):
         return False
     return abs(a - e) <= float_tol * max(1.0, abs(e))
@@ -88,9 +93,7 @@ def values_equal(expected, actual, float_tol: float | None = None) -> bool:
             e, a = float(expected), float(actual)
         except OverflowError:
             return False
-        if math.isnan(e) or math.isnan(a):
-            return False
-        return abs(a - e) <= float_tol * max(1.0, abs(e))
+        return _floats_close(e, a, float_tol)
     if isinstance(expected, str) or isinstance(actual, str):
         return isinstance(expected, str) and isinstance(actual, str) and expected == actual
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
