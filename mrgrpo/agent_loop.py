@@ -12,7 +12,8 @@ State machine (one handler per state, ``_HANDLERS``)::
                   --fail, rounds left--> FEEDBACK --> CODE
     any generation that leaves no budget, or ends without an end-of-turn token --> DONE
 
-- START builds the first prompt for the plan source (``self``: the policy is asked for a plan only;
+- START builds the first prompt for the plan source with `mrgrpo.first_turn.first_turn_messages`, the function
+  `MrGRPODataset` already applied before verl's overlong-prompt filter (``self``: the policy is asked for a plan only;
   ``teacher``: the row's plan is in the user turn; ``none``: no plan, the single-turn baseline).
 - ``rounds`` = K, the number of feedback rounds: at most K + 1 code attempts. Every attempt is run on the
   row's PUBLIC tests (``extra_info["public_tests"]``) through ``mrgrpo.sandbox.run_async``; the reward later
@@ -34,6 +35,9 @@ would drop earlier turns' reasoning when re-rendering a conversation; this loop 
 the policy saw during rollout and what it is trained on are the same sequence). Thinking never counts as
 an answer: plans and code are read from the text after ``</think>`` (``mrgrpo.code_extract``).
 
+A turn that ends with another end token than ``<|im_end|>`` (e.g. ``<|endoftext|>``) is closed with an injected
+``<|im_end|>`` (mask 0) before the next injected turn.
+
 Sandbox calls are awaited (never blocking the event loop) behind a per-process semaphore
 (``sandbox_concurrency``; env ``MRGRPO_SANDBOX_CONCURRENCY`` overrides).
 
@@ -44,10 +48,17 @@ mask 0, and the code is still asked for); an injected turn is appended only if a
 
 ``extra_fields`` (fixed keys, ``EXTRA_FIELD_KEYS``; verl merges them into the reward's ``extra_info``):
 ``final_code`` (program of the last attempt that had one, ``""`` if none), ``plan`` (the teacher's or the
-policy's, thinking removed; ``""`` for none), ``rounds`` (code attempts made), ``public_pass`` (one bool per
-attempt: passed every public test; ``False`` when it could not be tested), ``stop_reason`` (``STOP_REASONS``),
-``plan_source``. Plus the rollout server's ``min/max_global_steps`` etc. and upstream's empty
-``turn_scores`` / ``tool_rewards``.
+policy's, thinking removed; ``""`` for none), ``plan_source``, ``attempts`` (code attempts made),
+``public_pass`` / ``public_verdicts`` (one per attempt: passed every public test / the verdict, ``NOT_RUN`` when
+it could not be tested), ``stop_reason`` (``STOP_REASONS``), ``error`` (``""`` unless ``stop_reason`` is
+``error``), ``model_tokens`` / ``injected_tokens`` (response tokens with mask 1 / 0), ``plan_tokens`` (the
+self plan turn), ``sandbox_s`` (wall seconds of each public-test run). Plus the rollout server's
+``min/max_global_steps`` etc. and upstream's empty ``turn_scores`` / ``tool_rewards``.
+
+Failures. An exception inside a trajectory does not drop it (verl 0.9.1's v1 trainer would, with one log line):
+it ends as ``stop_reason="error"`` with every response token masked, and is counted. ``MAX_CONSECUTIVE_ERRORS``
+in a row in one process raise: the run is broken, not one row. Public tests carry their own ``float_tol``
+(`mrgrpo.testset`), the same the reward's hidden tests carry.
 """
 
 from __future__ import annotations
@@ -67,15 +78,21 @@ from verl.utils.profiler import simple_timer
 
 from mrgrpo import prompts
 from mrgrpo.code_extract import extract_code, strip_think
+from mrgrpo.first_turn import PLAN_SOURCES, first_turn_messages, plan_source_of
 from mrgrpo.marker import mark_once
+from mrgrpo.testset import TestSet
 
 logger = logging.getLogger(__name__)
 
 AGENT_NAME = "plan_code"
-PLAN_SOURCES = ("self", "teacher", "none")
-# The fixed key set of ``AgentLoopOutput.extra_fields`` written by this loop (the reward reads them).
-EXTRA_FIELD_KEYS = ("final_code", "plan", "rounds", "public_pass", "stop_reason", "plan_source")
-STOP_REASONS = ("passed", "rounds", "budget", "truncated", "no_public_tests", "infra")
+# The fixed key set of ``AgentLoopOutput.extra_fields`` written by this loop (the reward and the dashboard read them).
+EXTRA_FIELD_KEYS = ("final_code", "plan", "plan_source", "attempts", "public_pass", "public_verdicts", "stop_reason",
+                    "error", "model_tokens", "injected_tokens", "plan_tokens", "sandbox_s")
+STOP_REASONS = ("passed", "rounds", "budget", "truncated", "no_public_tests", "infra", "error")
+# A trajectory that raised is kept as a typed `error` outcome (no gradient); this many in a row in one process
+# means the run itself is broken: the loop then raises.
+MAX_CONSECUTIVE_ERRORS = 32
+_consecutive_errors = 0
 
 class State(str, Enum):
     START = "start"
@@ -133,59 +150,17 @@ def _as_dict(value: Any) -> dict:
     raise TypeError(f"extra_info must be a dict, got {type(value).__name__}")
 
 
-@dataclass(frozen=True)
-class PublicTests:
-    inputs: list
-    outputs: list  # unwrapped for call mode (what mrgrpo.sandbox.Job expects)
-    fn_name: str | None
-
-
-def parse_public_tests(extra_info: dict) -> PublicTests:
-    """``extra_info["public_tests"]`` (APPS JSON string ``{"inputs", "outputs", "fn_name"?}``, call outputs
-    wrapped as ``[value]`` like ``ground_truth``) -> the sandbox's form."""
+def parse_public_tests(extra_info: dict) -> TestSet:
+    """``extra_info["public_tests"]`` (the test JSON of `mrgrpo.testset`, written by ``mrgrpo data build``) ->
+    a `TestSet`; an empty one when the row has no public tests. Its ``float_tol`` is the data's."""
     raw = extra_info.get("public_tests")
+    where = f"row {extra_info.get('source_id', '?')} extra_info.public_tests"
     if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return PublicTests([], [], extra_info.get("fn_name") or None)
-    data = json.loads(raw) if isinstance(raw, str) else raw
-    if not isinstance(data, dict) or "inputs" not in data or "outputs" not in data:
-        raise ValueError(f"extra_info.public_tests must be {{'inputs', 'outputs'}}, got {str(raw)[:200]!r}")
-    inputs, outputs = list(data["inputs"]), list(data["outputs"])
-    if len(inputs) != len(outputs):
-        raise ValueError(f"extra_info.public_tests: {len(inputs)} inputs but {len(outputs)} outputs")
-    fn_name = data.get("fn_name") or extra_info.get("fn_name") or None
-    io_mode = extra_info.get("io_mode") or ("call" if fn_name else "stdio")
-    if io_mode == "call":
-        if not fn_name:
-            raise ValueError("extra_info: io_mode 'call' without fn_name")
-        unwrapped = []
-        for i, out in enumerate(outputs):
-            if not (isinstance(out, list) and len(out) == 1):
-                raise ValueError(f"extra_info.public_tests: call-mode output {i} is not wrapped as [value]: {out!r}")
-            unwrapped.append(out[0])
-        outputs = unwrapped
-    else:
-        fn_name = None
-    return PublicTests(inputs, outputs, fn_name)
-
-
-def _class_name(extra_info: dict) -> str | None:
-    if extra_info.get("class_name"):
-        return extra_info["class_name"]
-    starter = extra_info.get("starter_code") or ""
-    return "Solution" if extra_info.get("io_mode") == "call" and "class Solution" in starter else None
-
-
-def _problem_fields(extra_info: dict) -> dict:
-    missing = [k for k in ("statement", "io_mode") if not extra_info.get(k)]
-    if missing:
-        raise ValueError(f"extra_info lacks {missing}: the plan source needs the first user turn rebuilt")
-    return dict(
-        problem_statement=extra_info["statement"],
-        starter_code=extra_info.get("starter_code") or "",
-        io_mode=extra_info["io_mode"],
-        fn_name=extra_info.get("fn_name") or None,
-        class_name=_class_name(extra_info),
-    )
+        return TestSet([], [], where=where)
+    tests = TestSet.from_json(raw, where=where)
+    if len(tests) and (extra_info.get("io_mode") == "call") != (tests.fn_name is not None):
+        raise ValueError(f"{where}: io_mode {extra_info.get('io_mode')!r} but fn_name {tests.fn_name!r}")
+    return tests
 
 
 def _tail(text: str, limit: int) -> str:
@@ -236,6 +211,11 @@ class Trajectory:
     attempt_code: str | None = None
     final_code: str = ""
     public_pass: list[bool] = field(default_factory=list)
+    public_verdicts: list[str] = field(default_factory=list)
+    sandbox_s: list[float] = field(default_factory=list)  # wall seconds of each public-test sandbox call
+    plan_tokens: int = 0
+    priority: int = 0
+    error: str = ""
     feedback_rounds: int = 0
     last_result: Any = None
     stop_reason: str = ""
@@ -257,12 +237,11 @@ class PlanCodeAgentLoop(AgentLoopBase):
         self,
         *args,
         rounds: int = 2,
-        plan_source: str = "teacher",
+        plan_source: str = "self",
         plan_max_tokens: int | None = None,
         min_turn_tokens: int = 32,
         feedback_max_chars: int = 400,
         feedback_stderr_chars: int = 400,
-        float_tol: float = 1e-6,
         sandbox_concurrency: int = 8,
         **kwargs,
     ):
@@ -280,8 +259,9 @@ class PlanCodeAgentLoop(AgentLoopBase):
         self.min_turn_tokens = int(pick("min_turn_tokens", min_turn_tokens))
         self.feedback_max_chars = int(pick("feedback_max_chars", feedback_max_chars))
         self.feedback_stderr_chars = int(pick("feedback_stderr_chars", feedback_stderr_chars))
-        self.float_tol = float(pick("float_tol", float_tol))
         self.sandbox_concurrency = int(pick("sandbox_concurrency", sandbox_concurrency))
+        if self.min_turn_tokens < 1:
+            raise ValueError(f"PlanCodeAgentLoop: min_turn_tokens must be >= 1, got {self.min_turn_tokens}")
         if self.rounds < 0:
             raise ValueError(f"PlanCodeAgentLoop: rounds must be >= 0, got {self.rounds}")
         if self.plan_source not in PLAN_SOURCES:
@@ -307,58 +287,50 @@ class PlanCodeAgentLoop(AgentLoopBase):
 
     # ------------------------------------------------------------------ run
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        extra_info = _as_dict(kwargs.get("extra_info"))
-        row_source = extra_info.get("plan_source")
-        plan_source = str(row_source) if row_source else self.plan_source
-        if plan_source not in PLAN_SOURCES:
-            raise ValueError(f"extra_info.plan_source must be one of {PLAN_SOURCES}, got {plan_source!r}")
+        """One trajectory. It always ends as a typed outcome: an exception inside it (a bad row, a failed
+        generation) is logged with its traceback and becomes ``stop_reason="error"`` with every response token
+        masked (no gradient; the reward marks it excluded), counted by the dashboard instead of being dropped."""
+        global _consecutive_errors
         if "raw_prompt" not in kwargs:
             raise KeyError("PlanCodeAgentLoop needs the row's raw_prompt (data.return_raw_chat=True)")
+        extra_info = _as_dict(kwargs.get("extra_info"))
+        priority = int(kwargs.get("priority", 0) or 0)
         traj = Trajectory(
-            request_id=self._request_id(kwargs.get("priority", 0)),
-            plan_source=plan_source,
+            request_id=self._request_id(priority),
+            plan_source=plan_source_of(extra_info, self.plan_source),
             extra_info=extra_info,
             sampling_params=dict(sampling_params),
             messages=[dict(m) for m in kwargs["raw_prompt"]],
+            priority=priority,
         )
         state = State.START
-        while state is not State.DONE:
-            state = await self._HANDLERS[state](self, traj)
-        return self._output(traj)
+        try:
+            while state is not State.DONE:
+                state = await self._HANDLERS[state](self, traj)
+            output = self._output(traj)
+        except Exception as exc:  # one bad trajectory must not vanish from the batch: see the docstring
+            logger.exception("mrgrpo: trajectory of row %s failed in state %s", extra_info.get("source_id", "?"),
+                             state.value)
+            _consecutive_errors += 1
+            if _consecutive_errors >= MAX_CONSECUTIVE_ERRORS:
+                raise RuntimeError(f"{_consecutive_errors} trajectories in a row failed; last: {exc!r}") from exc
+            return await self._error_output(traj, exc)
+        _consecutive_errors = 0
+        return output
 
-    def _request_id(self, priority: Any) -> str:
+    def _request_id(self, priority: int) -> str:
+        # As verl's own loops: one id per trajectory (prefix cache, sticky routing), reproducible under full
+        # determinism.
         if getattr(self.rollout_config, "full_determinism", False):
-            return f"det-{int(priority)}-{uuid4().hex}"
+            return f"det-{priority}"
         return uuid4().hex
 
     # ------------------------------------------------------------------ state handlers
     async def _on_start(self, t: Trajectory) -> State:
-        user_idx = max((i for i, m in enumerate(t.messages) if m.get("role") == "user"), default=None)
-        if user_idx is None:
-            raise ValueError("raw_prompt has no user message")
-        content = t.messages[user_idx].get("content")
-        if not isinstance(content, str):
-            raise TypeError("PlanCodeAgentLoop supports text prompts only")
-        row_plan = (t.extra_info.get("plan") or "").strip()
+        # The same function MrGRPODataset applied before verl's overlong filter (a no-op on such rows).
+        t.messages = first_turn_messages(t.messages, t.extra_info, t.plan_source)
         if t.plan_source == "teacher":
-            if not row_plan:
-                raise ValueError(
-                    f"plan_source=teacher but row {t.extra_info.get('source_id', '?')} has no extra_info.plan; "
-                    "build the data with plans or set plan_source to none/self for it"
-                )
-            t.plan = row_plan
-            if row_plan not in content:
-                content = prompts.build_user_prompt(**_problem_fields(t.extra_info), plan=row_plan)
-        elif t.plan_source == "none":
-            if row_plan and row_plan in content:
-                content = prompts.build_user_prompt(**_problem_fields(t.extra_info), plan=None)
-        else:  # self
-            fields = _problem_fields(t.extra_info)
-            content = prompts.build_plan_turn_prompt(
-                fields["problem_statement"], fields["starter_code"], fields["io_mode"], fields["fn_name"],
-                class_name=fields["class_name"],
-            )
-        t.messages[user_idx] = {**t.messages[user_idx], "content": content}
+            t.plan = (t.extra_info.get("plan") or "").strip()
         t.token_ids = await self.ct_build_initial_tokens(t.messages)
         t.prompt_len = len(t.token_ids)
         return State.PLAN if t.plan_source == "self" else State.CODE
@@ -366,6 +338,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
     async def _on_plan(self, t: Trajectory) -> State:
         await self._generate(t, cap=self.plan_max_tokens)
         t.plan = strip_think(t.last_text).strip()
+        t.plan_tokens = t.last_len
         if not t.last_complete:
             if self._remaining(t) <= 0:
                 return self._stop(t, "budget")
@@ -389,27 +362,26 @@ class PlanCodeAgentLoop(AgentLoopBase):
             t.final_code = t.attempt_code
         if not t.last_complete:
             # Cut off mid-answer: not tested (no room, or no sense, to give feedback).
-            t.public_pass.append(False)
+            self._record(t, "NOT_RUN")
             return self._stop(t, "budget" if self._remaining(t) <= 0 else "truncated")
         return State.TEST
 
     async def _on_test(self, t: Trajectory) -> State:
         tests = parse_public_tests(t.extra_info)
-        if not tests.inputs:
-            t.public_pass.append(False)
+        if not len(tests):
+            self._record(t, "NOT_RUN")
             return self._stop(t, "no_public_tests")
         if t.attempt_code is None:
             t.last_result = None  # NO_CODE: feedback without running anything
-            t.public_pass.append(False)
+            self._record(t, "NO_CODE")
         else:
             result = await self._run_sandbox(t, tests)
             t.last_result = result
             verdict = _verdict_name(result.verdict)
+            self._record(t, verdict)
             if verdict == "INFRA":
                 logger.warning("mrgrpo: sandbox INFRA on public tests (%s); ending the trajectory", result.detail)
-                t.public_pass.append(False)
                 return self._stop(t, "infra")
-            t.public_pass.append(verdict == "AC")
             if verdict == "AC":
                 return self._stop(t, "passed")
         if t.feedback_rounds >= self.rounds:
@@ -442,6 +414,12 @@ class PlanCodeAgentLoop(AgentLoopBase):
         return self._remaining(t) < self.min_turn_tokens
 
     @staticmethod
+    def _record(t: Trajectory, verdict: str) -> None:
+        """The public-test outcome of the latest attempt (``NOT_RUN`` when it could not be tested)."""
+        t.public_verdicts.append(verdict)
+        t.public_pass.append(verdict == "AC")
+
+    @staticmethod
     def _stop(t: Trajectory, reason: str) -> State:
         if reason not in STOP_REASONS:
             raise ValueError(f"unknown stop reason {reason!r}")
@@ -457,7 +435,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
         params.pop("max_new_tokens", None)
         with simple_timer("generate_sequences", t.metrics):
             out = await self.server_manager.generate(
-                request_id=t.request_id, prompt_ids=list(t.token_ids), sampling_params=params
+                request_id=t.request_id, prompt_ids=list(t.token_ids), sampling_params=params, priority=t.priority
             )
         token_ids = list(out.token_ids)[:max_tokens]
         log_probs = list(out.log_probs)[: len(token_ids)] if out.log_probs else None
@@ -479,6 +457,10 @@ class PlanCodeAgentLoop(AgentLoopBase):
         t.assistant_turns += 1
         t.last_complete = bool(token_ids) and token_ids[-1] in self.eos_ids
         t.last_len = len(token_ids)
+        if t.last_complete and token_ids[-1] != self.close_turn_id:
+            # Ended with another end token (e.g. <|endoftext|>): close the turn as the template does (mask 0),
+            # so the next injected turn follows a proper <|im_end|> boundary.
+            self._close_turn(t)
         # Keep <think>/</think> (special in some tokenizers); drop only the end-of-turn token.
         visible = token_ids[:-1] if t.last_complete else token_ids
         t.last_text = self.tokenizer.decode(visible, skip_special_tokens=False)
@@ -515,23 +497,17 @@ class PlanCodeAgentLoop(AgentLoopBase):
         t.user_turns += 1
         return True
 
-    async def _run_sandbox(self, t: Trajectory, tests: PublicTests):
+    async def _run_sandbox(self, t: Trajectory, tests: TestSet):
         sandbox = _sandbox_module()
-        special = t.extra_info.get("special") or []
-        float_tol = self.float_tol if "needs_float_tol" in list(special) else None
-        job = sandbox.Job(
-            code=t.attempt_code,
-            inputs=tests.inputs,
-            outputs=tests.outputs,
-            fn_name=tests.fn_name,
-            float_tol=float_tol,
-            stop_on_first_failure=True,
-        )
-        with simple_timer("tool_calls", t.metrics):
+        job = tests.job(t.attempt_code, stop_on_first_failure=True)
+        timing: dict = {}
+        with simple_timer("tool_calls", t.metrics), simple_timer("call", timing):
             async with sandbox_semaphore(self.sandbox_concurrency):
-                return await sandbox.run_async(job)
+                result = await sandbox.run_async(job)
+        t.sandbox_s.append(round(float(timing.get("call", 0.0)), 6))
+        return result
 
-    def feedback_message(self, result: Any, tests: PublicTests) -> str:
+    def feedback_message(self, result: Any, tests: TestSet) -> str:
         """The bounded user turn after a failed attempt: verdict, failing input, expected vs got, stderr tail."""
         limit = self.feedback_max_chars
         if result is None:
@@ -554,6 +530,26 @@ class PlanCodeAgentLoop(AgentLoopBase):
             raise RuntimeError(f"feedback message of {len(message)} characters exceeds its bound {hard_cap}")
         return message
 
+    async def _error_output(self, t: Trajectory, exc: Exception) -> AgentLoopOutput:
+        """The typed outcome of a trajectory that raised: what was generated stays, every response token is
+        masked (mask 0, logprob 0.0: no gradient), ``stop_reason="error"`` and ``error`` says what happened."""
+        t.error = f"{type(exc).__name__}: {exc}"[:500]
+        t.stop_reason = "error"
+        if not t.prompt_len:  # it failed before the first prompt existed: render the row's prompt as given
+            t.token_ids = await self.ct_build_initial_tokens(t.messages)
+            t.prompt_len = len(t.token_ids)
+            t.response_mask, t.response_logprobs = [], None
+        n_resp = len(t.token_ids) - t.prompt_len
+        if n_resp != len(t.response_mask):
+            raise RuntimeError("PlanCodeAgentLoop: token accounting broke while handling an error") from exc
+        if n_resp == 0:  # verl needs a response: one injected end-of-turn token
+            t.token_ids.append(self.close_turn_id)
+            n_resp = 1
+        t.response_mask = [0] * n_resp
+        if t.response_logprobs is not None:
+            t.response_logprobs = [0.0] * n_resp
+        return self._output(t)
+
     def _output(self, t: Trajectory) -> AgentLoopOutput:
         if not t.stop_reason:
             raise RuntimeError("PlanCodeAgentLoop finished without a stop reason")
@@ -572,14 +568,21 @@ class PlanCodeAgentLoop(AgentLoopBase):
             num_preempted=int(t.metrics.get("num_preempted", -1)),
         )
         extra_fields = dict(t.gen_extra)
+        n_model = sum(t.response_mask)
         extra_fields.update(
             {
                 "final_code": t.final_code,
                 "plan": t.plan,
-                "rounds": t.attempts,
-                "public_pass": list(t.public_pass),
-                "stop_reason": t.stop_reason,
                 "plan_source": t.plan_source,
+                "attempts": t.attempts,
+                "public_pass": list(t.public_pass),
+                "public_verdicts": list(t.public_verdicts),
+                "stop_reason": t.stop_reason,
+                "error": t.error,
+                "model_tokens": n_model,
+                "injected_tokens": n_resp - n_model,
+                "plan_tokens": t.plan_tokens,
+                "sandbox_s": list(t.sandbox_s),
                 # upstream loops always write these two; keep the schema identical across loops
                 "turn_scores": [],
                 "tool_rewards": [],

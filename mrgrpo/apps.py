@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.testset import TestSet
+
 DIFFICULTIES = ("introductory", "interview", "competition")
 _DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(([^)]*)\)", re.MULTILINE)
 _CLASS_SOLUTION_RE = re.compile(r"^\s*class\s+Solution\b", re.MULTILINE)
@@ -45,11 +47,14 @@ class Problem:
     reference_solution: str | None  # runnable as is by the sandbox
     notes: tuple[str, ...] = field(default=())  # parse-time observations, e.g. "undecoded_literal"
 
+    def tests(self, float_tol: float | None = None) -> TestSet:
+        """Every test of the problem (`mrgrpo.testset.TestSet`, the one codec for APPS test JSON)."""
+        fn_name = self.fn_name if self.io_mode == "call" else None
+        return TestSet(list(self.inputs), list(self.outputs), fn_name, float_tol, where=self.source_id)
+
     def ground_truth(self) -> dict[str, Any]:
-        """APPS-style ground truth: call outputs wrapped as `[value]`, with `fn_name` for call mode."""
-        if self.io_mode == "call":
-            return {"inputs": self.inputs, "outputs": [[o] for o in self.outputs], "fn_name": self.fn_name}
-        return {"inputs": self.inputs, "outputs": self.outputs}
+        """APPS-style test JSON of every test (call outputs wrapped as `[value]`, with `fn_name` for call mode)."""
+        return self.tests().to_dict()
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``MrGRPODataset``: verl's ``RLHFDataset`` plus the original fork's ``data.adjust_sys_prompt``.
+"""``MrGRPODataset``: verl's ``RLHFDataset`` whose prompts are exactly the agent loop's first prompts.
 
 Wired with ``data.custom_cls.path=pkg://mrgrpo.dataset`` and ``data.custom_cls.name=MrGRPODataset``.
 
@@ -8,6 +8,12 @@ first when the prompt has none). The rewrite is applied to the dataframe in ``ma
 the hook verl calls right after reading the files and before its overlong-prompt filter, so the filter
 measures the prompt the policy really sees (the filter tokenizes the prompt column directly), and
 ``__getitem__`` / the agent loop read the rewritten column as well.
+
+``data.plan_source`` (the recipe yaml sets it to ``${mrgrpo.agent_loop.plan_source}``): in the same hook every
+prompt is rewritten to the first prompt `PlanCodeAgentLoop` sends for that plan source
+(`mrgrpo.first_turn.first_turn_messages`, the function the loop itself calls), so the filter measures what the
+loop really sends and verl never cuts a kept prompt from the left. With ``teacher``, rows without a plan fail
+the launch with a message naming them (instead of failing one trajectory at a time in the rollout).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
+from mrgrpo.first_turn import MissingPlanError, first_turn_messages, plan_source_of
 from mrgrpo.marker import mark_once
 
 
@@ -76,17 +83,47 @@ class MrGRPODataset(RLHFDataset):
     def __init__(self, data_files, tokenizer, config, processor=None, max_samples: int = -1):
         # Read before super().__init__, which loads and filters the files (and calls our hook below).
         self.adjust_sys_prompt = resolve_sys_prompt(config.get("adjust_sys_prompt", None))
+        self.plan_source = config.get("plan_source", None)
+        if self.plan_source is None:
+            raise ValueError("MrGRPODataset needs data.plan_source (self | teacher | none); the recipe yaml sets it to "
+                             "${mrgrpo.agent_loop.plan_source}")
+        plan_source_of({}, self.plan_source)  # validates the value
         mark_once(
             "dataset",
             cls=type(self).__name__,
             adjust_sys_prompt="set" if self.adjust_sys_prompt is not None else "unset",
+            plan_source=self.plan_source,
         )
         super().__init__(data_files, tokenizer, config, processor=processor, max_samples=max_samples)
 
     def maybe_filter_out_long_prompts(self, dataframe=None):
-        if dataframe is not None and self.adjust_sys_prompt is not None:
-            dataframe = self._apply_sys_prompt(dataframe)
+        if dataframe is not None:
+            if self.adjust_sys_prompt is not None:
+                dataframe = self._apply_sys_prompt(dataframe)
+            dataframe = self._apply_first_turn(dataframe)
         return super().maybe_filter_out_long_prompts(dataframe)
+
+    def _apply_first_turn(self, dataframe):
+        key, source = self.prompt_key, self.plan_source
+        if "extra_info" not in dataframe.column_names:
+            raise KeyError("MrGRPODataset: the data has no extra_info column (build it with `mrgrpo data prepare`)")
+        missing = []
+        for i, info in enumerate(dataframe["extra_info"]):
+            info = info or {}
+            if plan_source_of(info, source) == "teacher" and not (info.get("plan") or "").strip():
+                missing.append(f"{info.get('source_id', '?')} (row {i})")
+        if missing:
+            shown = ", ".join(missing[:20]) + (f", ... ({len(missing)} in all)" if len(missing) > 20 else "")
+            raise MissingPlanError(
+                f"plan_source=teacher but {len(missing)} of {len(dataframe)} rows in {self.data_files} have no plan: "
+                f"{shown}. Rebuild with plans (`mrgrpo data prepare --plans ... --require-plans`) or set "
+                "PLAN_SOURCE=self|none"
+            )
+
+        def rewrite(example: dict) -> dict:
+            return {key: first_turn_messages(example[key], example["extra_info"] or {}, source)}
+
+        return dataframe.map(rewrite, desc=f"mrgrpo: first prompt for plan_source={source}")
 
     def _apply_sys_prompt(self, dataframe):
         key = self.prompt_key

@@ -7,7 +7,6 @@ keyword arguments below.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from mrgrpo.code_extract import extract_code
 from mrgrpo.marker import mark_once
 from mrgrpo.sandbox import ExecResult, Job, Limits, Verdict, run, run_async
+from mrgrpo.testset import TestSet
 
 logger = logging.getLogger("mrgrpo.reward")
 
@@ -33,37 +33,11 @@ class SandboxBroken(RuntimeError):
     """Raised after `max_consecutive_infra` INFRA results in a row: the sandbox is down, stop the run."""
 
 
-def _parse_ground_truth(ground_truth) -> dict:
-    if isinstance(ground_truth, (bytes, str)):
-        ground_truth = json.loads(ground_truth)
-    if not isinstance(ground_truth, dict) or "inputs" not in ground_truth or "outputs" not in ground_truth:
-        raise ValueError("ground_truth must be APPS JSON {'inputs': [...], 'outputs': [...], 'fn_name'?: str}")
-    return ground_truth
-
-
-def _as_text(value) -> str:
-    """APPS stdio tests are strings; a few records store a list of lines instead."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return "\n".join(value) + "\n"
-    raise ValueError(f"stdio test data must be a string or a list of strings, got {type(value).__name__}")
-
-
-def build_job(ground_truth, code: str, *, all_tests: bool = False, float_tol: float | None = None,
-              limits: Limits | None = None) -> Job:
-    """The sandbox Job for an APPS ground truth (string or dict). Call-mode outputs wrapped APPS-style as
-    `[value]` are unwrapped when every output is a one-element list (mrgrpo.apps always wraps)."""
-    gt = _parse_ground_truth(ground_truth)
-    fn_name = gt.get("fn_name") or None
-    inputs, outputs = list(gt["inputs"]), list(gt["outputs"])
-    if fn_name is None:
-        inputs, outputs = [_as_text(v) for v in inputs], [_as_text(v) for v in outputs]
-    elif outputs and all(isinstance(o, list) and len(o) == 1 for o in outputs):
-        outputs = [o[0] for o in outputs]
-    tol = float_tol if float_tol is not None else gt.get("float_tol")
-    return Job(code=code, inputs=inputs, outputs=outputs, fn_name=fn_name, float_tol=tol,
-               stop_on_first_failure=not all_tests, limits=limits or Limits())
+def build_job(ground_truth, code: str, *, all_tests: bool = False, limits: Limits | None = None) -> Job:
+    """The sandbox Job for a ground truth in the test JSON wire format of `mrgrpo.testset` (a string or a dict;
+    call-mode outputs wrapped as ``[value]``; its ``float_tol``, if any, applies)."""
+    tests = TestSet.from_json(ground_truth, where="ground_truth")
+    return tests.job(code, stop_on_first_failure=not all_tests, limits=limits)
 
 
 def _program(solution_str: str, extra_info: dict | None) -> tuple[str | None, bool]:
@@ -75,11 +49,18 @@ def _program(solution_str: str, extra_info: dict | None) -> tuple[str | None, bo
     return code, code is not None
 
 
-def _length_term(solution_str: str, target_chars: int) -> float:
-    n = len(solution_str or "")
-    if n <= target_chars:
+def length_term(model_tokens: int, target_tokens: int) -> float:
+    """1 up to ``target_tokens`` of the model's own tokens, then linearly down to 0 at twice as many.
+
+    Counts only what the policy generated (the agent loop's ``model_tokens``, mask 1), never the injected feedback
+    turns, so the same answer scores the same after a feedback round as in a single turn.
+
+        >>> length_term(800, 1000), length_term(1500, 1000), length_term(2500, 1000)
+        (1.0, 0.5, 0.0)
+    """
+    if model_tokens <= target_tokens:
         return 1.0
-    return max(0.0, 1.0 - (n - target_chars) / target_chars)
+    return max(0.0, 1.0 - (model_tokens - target_tokens) / target_tokens)
 
 
 class _Call:
@@ -93,11 +74,18 @@ class _Call:
         opts = {**_DEFAULTS, **{k: v for k, v in kwargs.items() if k in _DEFAULTS}}
         self.opts = opts
         self.code, self.format_ok = _program(solution_str, extra_info)
-        self.length_term = _length_term(solution_str, int(opts["length_target_chars"]))
+        model_tokens = (extra_info or {}).get("model_tokens")
+        if model_tokens is None:
+            if float(opts["length_weight"]) != 0.0:
+                raise ValueError("length_weight needs extra_info['model_tokens'] (set by mrgrpo's agent loop): the "
+                                 "length term counts the model's own tokens only")
+            self.length_term = 1.0  # not measured and not used
+        else:
+            self.length_term = length_term(int(model_tokens), int(opts["length_target_tokens"]))
         partial = bool(opts["partial_credit"])
         limits = Limits(**{k: opts[k] for k in ("time_s", "wall_s", "memory_mb") if opts[k] is not None})
         self.job = build_job(ground_truth, self.code or "", all_tests=partial or bool(opts["all_tests"]),
-                             float_tol=opts["float_tol"], limits=limits)
+                             limits=limits)
 
     def finish(self, result: ExecResult | None) -> dict:
         global _consecutive_infra
@@ -141,10 +129,9 @@ _DEFAULTS: dict[str, Any] = {
     "correctness_weight": 1.0,
     "format_weight": 0.0,
     "length_weight": 0.0,
-    "length_target_chars": 6000,
+    "length_target_tokens": 2048,
     "partial_credit": False,
     "all_tests": False,
-    "float_tol": None,
     "time_s": None,
     "wall_s": None,
     "memory_mb": None,
@@ -163,9 +150,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
             present and not None (the plan-code agent loop sets it); otherwise the last closed fenced block
             tagged ``python``/``py``/``python3`` (else the last bare fence) outside ``<think>`` blocks, see
             `mrgrpo.code_extract`. No program at all is verdict ``NO_CODE``.
-        ground_truth: APPS JSON (string or dict) ``{"inputs": [...], "outputs": [...], "fn_name"?: str}``;
-            call-mode outputs may be wrapped as ``[value]``. An optional ``"float_tol"`` enables the float
-            tolerance for that problem.
+        ground_truth: the HIDDEN tests in the test JSON of `mrgrpo.testset` (string or dict)
+            ``{"inputs": [...], "outputs": [...], "fn_name"?: str, "float_tol"?: float}``; call-mode outputs are
+            wrapped as ``[value]``. ``mrgrpo data build`` writes only the hidden tests here (the public ones,
+            shown in feedback, live in ``extra_info["public_tests"]``), so ``acc`` is a hidden-test accuracy.
         extra_info: the dataset row's extra_info (verl adds rollout fields to it).
         **kwargs: ``reward_kwargs`` from the verl config:
             correctness_weight (1.0), format_weight (0.0), length_weight (0.0): the score is
@@ -173,9 +161,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
                 (the original mrGRPO used 0.7 / 0.2 / 0.1);
             partial_credit (False): correctness is the pass rate over all tests instead of ``acc``
                 (runs every test); all_tests (False): run every test without changing the score;
-            length_target_chars (6000): ``length_term`` is 1 up to this many characters of response and falls
-                linearly to 0 at twice as many;
-            float_tol (None), time_s / wall_s / memory_mb (None: `mrgrpo.sandbox.Limits` defaults);
+            length_target_tokens (2048): ``length_term`` (`length_term`) is 1 up to this many of the model's own
+                tokens (``extra_info["model_tokens"]``, injected turns excluded) and falls linearly to 0 at twice
+                as many; a nonzero length_weight without ``model_tokens`` raises;
+            time_s / wall_s / memory_mb (None: `mrgrpo.sandbox.Limits` defaults);
             infra_score (0.0): the score of an item the sandbox failed to judge (after one retry);
             max_consecutive_infra (32): that many INFRA results in a row raise `SandboxBroken`.
         Unknown keyword arguments raise TypeError (a misspelt weight must not be ignored silently).

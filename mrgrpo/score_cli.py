@@ -62,9 +62,8 @@ def _items_from_input(path: Path, args, limits: Limits) -> tuple[list[tuple[str,
         elif not rec.inputs:
             items.append((rec.source_id, None, "NO_TESTS: the record has no tests"))
         else:
-            items.append((rec.source_id, Job(code=rec.reference_solution, inputs=rec.inputs, outputs=rec.outputs,
-                                             fn_name=rec.fn_name, stop_on_first_failure=not args.all_tests,
-                                             limits=limits), ""))
+            job = rec.tests().job(rec.reference_solution, stop_on_first_failure=not args.all_tests, limits=limits)
+            items.append((rec.source_id, job, ""))
     return items, len(items)
 
 

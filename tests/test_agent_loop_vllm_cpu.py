@@ -258,8 +258,8 @@ def check_accounting(tok, out, server, response_length, plan_source, plan_max_to
     ef = out.extra_fields
     assert set(ef) == EXPECTED_EXTRA_KEYS
     assert ef["stop_reason"] in al.STOP_REASONS and ef["plan_source"] == plan_source
-    assert len(ef["public_pass"]) == ef["rounds"]
-    assert ef["rounds"] == len(server.calls) - (1 if plan_source == "self" else 0)
+    assert len(ef["public_pass"]) == ef["attempts"]
+    assert ef["attempts"] == len(server.calls) - (1 if plan_source == "self" else 0)
     last = server.calls[-1]["token_ids"]
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     if not last or last[-1] != eos:  # cut off (budget or cap): the trajectory ends there
@@ -325,7 +325,7 @@ def test_guided_self_plan_fail_feedback_fix_with_real_sandbox(engine):
         + wrong + "<|im_end|>\n<|im_start|>user\n" + feedback + "<|im_end|>\n" + GEN + right + "<|im_end|>"
     )
     ef = out.extra_fields
-    assert (ef["stop_reason"], ef["rounds"], ef["public_pass"]) == ("passed", 2, [False, True])
+    assert (ef["stop_reason"], ef["attempts"], ef["public_pass"]) == ("passed", 2, [False, True])
     assert ef["plan"] == plan and ef["final_code"] == extract_code(right) == "print(int(input()) + 1)"
     assert out.num_turns == 6
     # The timer metrics saw both the engine and the sandbox.
@@ -341,7 +341,7 @@ def test_guided_no_plan_rounds_exhausted_with_real_sandbox(engine):
     report("guided none rounds=1", tok, out, server, seconds)
     check_accounting(tok, out, server, response_length, "none")
     ef = out.extra_fields
-    assert (ef["stop_reason"], ef["rounds"], ef["public_pass"]) == ("rounds", 2, [False, False])
+    assert (ef["stop_reason"], ef["attempts"], ef["public_pass"]) == ("rounds", 2, [False, False])
     assert ef["plan"] == "" and ef["final_code"] == extract_code(
         tok.decode(server.calls[-1]["token_ids"][:-1], skip_special_tokens=False)
     )

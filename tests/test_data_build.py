@@ -37,6 +37,7 @@ def built(tmp_path_factory):
 def test_rows_follow_the_contract(built):
     train = pq.read_table(built / "train.parquet").to_pylist()
     val = pq.read_table(built / "val.parquet").to_pylist()
+    problems = {r["source_id"]: r for r in map(json.loads, (built / "problems.jsonl").read_text().splitlines())}
     assert len(train) + len(val) == 150
     assert set(train[0]) == {"data_source", "prompt", "ability", "reward_model", "extra_info", "agent_name"}
     for split, rows in (("train", train), ("val", val)):
@@ -48,8 +49,12 @@ def test_rows_follow_the_contract(built):
             assert r["reward_model"]["style"] == "rule" and len(gt["inputs"]) == len(gt["outputs"])
             x = r["extra_info"]
             assert x["index"] == i and x["split"] == split and x["plan"] == ""
+            # Was: the ground truth held every test and the public ones were its first k. Now it holds the hidden
+            # tests only, so the reward never scores what the feedback showed.
             pub = json.loads(x["public_tests"])
-            assert pub["inputs"] == gt["inputs"][: len(pub["inputs"])] and len(pub["inputs"]) < len(gt["inputs"])
+            whole = problems[x["source_id"]]
+            assert pub["inputs"] + gt["inputs"] == whole["inputs"] and len(pub["inputs"]) == whole["n_public"]
+            assert gt["inputs"] and x["num_tests"] == len(gt["inputs"])
             if x["io_mode"] == "call":
                 assert gt["fn_name"] == x["fn_name"] and all(isinstance(o, list) and len(o) == 1 for o in gt["outputs"])
                 assert (
@@ -170,7 +175,7 @@ def test_float_tolerance_reaches_the_reward():
                 fn_name=None, class_name=None, starter_code="", inputs=["\n", "\n"], outputs=["0.333333\n"] * 2,
                 difficulty="introductory", reference_solution="print(1/3)\n")
     problem_row = {"special": ["float_output", "needs_float_tol"], "float_tol": 1e-6,
-                   "public_tests": {"inputs": ["\n"], "outputs": ["0.333333\n"]}}
+                   "public_tests": {"inputs": ["\n"], "outputs": ["0.333333\n"]}, "n_public": 1}
     row = make_row(p, problem_row, plan="", plan_model="", split="train", index=0)
     gt = json.loads(row["reward_model"]["ground_truth"])
     assert gt["float_tol"] == 1e-6

@@ -26,8 +26,9 @@ def parquet_path(tmp_path_factory, sample_path):
     assert len(problems) == 6
     rows = []
     for i, p in enumerate(problems):
-        public = public_tests_json(p, 1 if len(p.inputs) > 1 else 0)
-        rows.append(make_row(p, {"public_tests": public, "special": []}, "", "", "train", i))
+        k = 1 if len(p.inputs) > 1 else 0
+        rows.append(make_row(p, {"public_tests": public_tests_json(p, k), "n_public": k, "special": []}, "", "",
+                             "train", i))
     # one row without a system message: adjust_sys_prompt must add one
     rows[5]["prompt"] = [m for m in rows[5]["prompt"] if m["role"] != "system"]
     out = tmp_path_factory.mktemp("ds") / "train.parquet"
@@ -45,6 +46,7 @@ def make_config(**data):
         "truncation": "error",
         "apply_chat_template_kwargs": {"enable_thinking": False},
         "adjust_sys_prompt": None,
+        "plan_source": "none",
         "cache_dir": None,
     }
     base.update(data)

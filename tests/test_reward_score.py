@@ -76,11 +76,12 @@ def test_call_mode_class_solution_from_ground_truth():
 
 
 def test_weights_combine_correctness_format_and_length():
-    kw = {"correctness_weight": 0.7, "format_weight": 0.2, "length_weight": 0.1}
-    assert compute_score("apps_plus", fenced(GOOD), GT, **kw)["score"] == pytest.approx(1.0)
-    assert compute_score("apps_plus", fenced(BAD), GT, **kw)["score"] == pytest.approx(0.3)
-    long_answer = fenced(GOOD) + "x" * 20000
-    assert compute_score("apps_plus", long_answer, GT, **kw)["score"] == pytest.approx(0.9)
+    # The length term reads the agent loop's model_tokens (was: characters of the whole response, feedback included).
+    kw = {"correctness_weight": 0.7, "format_weight": 0.2, "length_weight": 0.1, "length_target_tokens": 1000}
+    short, long = {"model_tokens": 500}, {"model_tokens": 5000}
+    assert compute_score("apps_plus", fenced(GOOD), GT, short, **kw)["score"] == pytest.approx(1.0)
+    assert compute_score("apps_plus", fenced(BAD), GT, short, **kw)["score"] == pytest.approx(0.3)
+    assert compute_score("apps_plus", fenced(GOOD), GT, long, **kw)["score"] == pytest.approx(0.9)
 
 
 def test_partial_credit_uses_pass_rate():

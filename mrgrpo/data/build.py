@@ -7,7 +7,6 @@ column that is null in every row of a split (``fn_name`` in an all-stdio split) 
 from __future__ import annotations
 
 import io
-import json
 import random
 from collections import defaultdict
 from collections.abc import Sequence
@@ -85,14 +84,17 @@ def stratified_split(keys_by_difficulty: dict[str, list[str]], val_fraction: flo
 
 def make_row(p: Problem, problem_row: dict, plan: str, plan_model: str, split: str, index: int) -> dict:
     special = list(problem_row.get("special") or [])
-    ground_truth = p.ground_truth()
-    if problem_row.get("float_tol") is not None:  # validated float answers: the reward compares with tolerance
-        ground_truth["float_tol"] = problem_row["float_tol"]
+    # One codec (mrgrpo.testset) for both halves: the public tests (the first n_public, shown by the agent loop's
+    # feedback) go to extra_info only; the reward's ground truth holds the HIDDEN tests only, so the reward and
+    # its `acc` measure what the policy never saw. float_tol (validated float answers) travels with both.
+    public, hidden = p.tests(problem_row.get("float_tol")).split(int(problem_row["n_public"]))
+    if not len(hidden):
+        raise ValueError(f"{p.source_id}: no hidden test left after {len(public)} public ones")
     return {
         "data_source": p.data_source,
         "prompt": prompts.build_messages(p.statement, p.starter_code, p.io_mode, p.fn_name, plan or None, p.class_name),
         "ability": ABILITY,
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(ground_truth, ensure_ascii=False)},
+        "reward_model": {"style": "rule", "ground_truth": hidden.to_json()},
         "extra_info": {
             "index": index,
             "split": split,
@@ -103,8 +105,8 @@ def make_row(p: Problem, problem_row: dict, plan: str, plan_model: str, split: s
             "io_mode": p.io_mode,
             "fn_name": p.fn_name,
             "class_name": p.class_name,
-            "public_tests": json.dumps(problem_row["public_tests"], ensure_ascii=False),
-            "num_tests": len(p.inputs),
+            "public_tests": public.to_json(),
+            "num_tests": len(hidden),
             "reference_solution": p.reference_solution or "",
             "special": special,
             "statement": p.statement,

@@ -22,7 +22,7 @@ from mrgrpo.apps import Problem, RecordError, read_problems
 from mrgrpo.data import store
 from mrgrpo.data.runner import ReferenceRunner, RefJob, RefOutcome
 
-VALIDATE_VERSION = "validate-v2"  # bump when flags/splitting change: invalidates the stage fingerprint
+VALIDATE_VERSION = "validate-v3"  # bump when flags/splitting change: invalidates the stage fingerprint
 
 # Names LeetCode/Codewars judges provide without an import; a call-mode reference using one of them
 # undefined gets the "needs_preamble" flag (the sandbox supplies the preamble, see docs/data.md).
@@ -133,12 +133,9 @@ def public_count(n_tests: int, k: int) -> int:
     return max(0, min(k, n_tests - 1))
 
 
-def public_tests_json(p: Problem, k: int) -> dict:
-    gt = p.ground_truth()
-    out = {"inputs": gt["inputs"][:k], "outputs": gt["outputs"][:k]}
-    if "fn_name" in gt:
-        out["fn_name"] = gt["fn_name"]
-    return out
+def public_tests_json(p: Problem, k: int, float_tol: float | None = None) -> dict:
+    """The first ``k`` tests in the test JSON wire format (`mrgrpo.testset`): what the agent loop shows."""
+    return p.tests(float_tol).split(k)[0].to_dict()
 
 
 # ---------------------------------------------------------------- problem <-> dict
@@ -309,14 +306,15 @@ def validate(
         if k == 0:
             flags = [*flags, "no_public_tests"]
         row = problem_to_dict(p)
+        # the reward and the agent loop judge such problems with this tolerance (test JSON "float_tol")
+        float_tol = options.float_tol if "needs_float_tol" in flags else None
         row.update(
             where=where,
             problem_hash=problem_hash(p),
             special=sorted(set(flags)),
-            # the reward and the agent loop judge such problems with this tolerance (ground truth "float_tol")
-            float_tol=options.float_tol if "needs_float_tol" in flags else None,
+            float_tol=float_tol,
             n_public=k,
-            public_tests=public_tests_json(p, k),
+            public_tests=public_tests_json(p, k, float_tol),
             reference={
                 "verdict": outcome.verdict,
                 "passed": outcome.passed,
