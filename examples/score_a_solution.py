@@ -5,15 +5,13 @@
 
 from __future__ import annotations
 
-import json
-
 from mrgrpo.apps import Problem, bundled_sample_path, read_problems
 from mrgrpo.reward import compute_score
 
 
 def main() -> None:
     problem = next(p for p in read_problems(bundled_sample_path()) if isinstance(p, Problem) and p.io_mode == "stdio")
-    ground_truth = json.dumps(problem.ground_truth())  # what the parquet's reward_model.ground_truth holds
+    ground_truth = problem.tests().to_json()  # the parquet's ground truth holds the hidden part of these tests
     answers = {
         "reference": f"Plan: as in the reference.\n```python\n{problem.reference_solution}```",
         "wrong": "```python\nprint(0)\n```",
@@ -27,8 +25,8 @@ def main() -> None:
         print(f"  {name:10s} score={r['score']:.1f} verdict={r['verdict']:8s} passed {passed}")
     # The original mrGRPO's weights: 0.7 correctness + 0.2 format + 0.1 length (reward.custom_reward_function.
     # reward_kwargs in the verl config).
-    weighted = compute_score("apps_plus", answers["wrong"], ground_truth, correctness_weight=0.7, format_weight=0.2,
-                             length_weight=0.1)
+    weighted = compute_score("apps_plus", answers["wrong"], ground_truth, extra_info={"model_tokens": 300},
+                             correctness_weight=0.7, format_weight=0.2, length_weight=0.1)
     print(f"  wrong, weighted 0.7/0.2/0.1: score={weighted['score']:.2f}")
 
 
