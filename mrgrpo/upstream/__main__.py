@@ -1,5 +1,5 @@
 """`python -m mrgrpo.upstream` is `mrgrpo upstream`."""
 
-from mrgrpo.upstream.cli import main
+from mrgrpo.upstream import main
 
 raise SystemExit(main())
