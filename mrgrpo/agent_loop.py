@@ -535,6 +535,8 @@ class PlanCodeAgentLoop(AgentLoopBase):
         masked (mask 0, logprob 0.0: no gradient), ``stop_reason="error"`` and ``error`` says what happened."""
         t.error = f"{type(exc).__name__}: {exc}"[:500]
         t.stop_reason = "error"
+        while len(t.public_verdicts) < t.attempts:  # an attempt made but not tested when it failed
+            self._record(t, "NOT_RUN")
         if not t.prompt_len:  # it failed before the first prompt existed: render the row's prompt as given
             t.token_ids = await self.ct_build_initial_tokens(t.messages)
             t.prompt_len = len(t.token_ids)

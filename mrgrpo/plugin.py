@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 logger = logging.getLogger(__name__)
 
@@ -52,3 +53,23 @@ def _check_verl_version() -> None:
 
 LOADED_IN_PIDS.add(os.getpid())
 _check_verl_version()
+
+
+def _register_estimator() -> None:
+    """Register mrgrpo's ``mrgrpo_grpo`` advantage estimator (``mrgrpo.advantage``) when verl loads this plugin.
+
+    Only when verl is importing us (``verl`` already in ``sys.modules``): importing ``mrgrpo.plugin`` on its own
+    stays verl-free. Importing ``verl.trainer.ppo.core_algos`` while ``verl/__init__`` runs works in 0.9.1
+    (tests/test_advantage_on_cpu.py checks it in a fresh process) and costs ~0.7 s per process. A failure is
+    logged as a warning (verl would log it at DEBUG only); ``mrgrpo.sampler`` registers it again in the
+    TaskRunner, where the estimator runs.
+    """
+    if "verl" not in sys.modules:
+        return
+    try:
+        import mrgrpo.advantage  # noqa: F401
+    except Exception:  # a plugin must not break `import verl`
+        logger.warning("mrgrpo.plugin: could not register the mrgrpo_grpo advantage estimator", exc_info=True)
+
+
+_register_estimator()

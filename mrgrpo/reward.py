@@ -13,14 +13,16 @@ from typing import Any
 
 from mrgrpo.code_extract import extract_code
 from mrgrpo.marker import mark_once
+from mrgrpo.metrics import SAMPLE_STAT_KEYS, sample_stats
 from mrgrpo.sandbox import ExecResult, Job, Limits, Verdict, run, run_async
 from mrgrpo.testset import TestSet
 
 logger = logging.getLogger("mrgrpo.reward")
 
-# Every call returns exactly these keys (verl needs the same keys for every sample).
+# Every call returns exactly these keys (verl needs the same keys for every sample): the score and its parts, then
+# the per-trajectory dashboard numbers of `mrgrpo.metrics.sample_stats` (so they are validation metrics too).
 REWARD_KEYS = ("score", "acc", "pass_rate", "verdict", "num_tests", "num_passed", "time_s", "format_ok",
-               "has_code", "length_term", "infra")
+               "has_code", "length_term", "infra") + SAMPLE_STAT_KEYS
 
 # Keyword arguments verl itself may pass to a custom reward function; accepted and ignored.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
@@ -67,6 +69,7 @@ class _Call:
     """One compute_score call: arguments checked, program found, Job built (or an early verdict)."""
 
     def __init__(self, solution_str, ground_truth, extra_info, kwargs):
+        self.extra_info = extra_info or {}
         unknown = set(kwargs) - _VERL_KWARGS - set(_DEFAULTS)
         if unknown:
             raise TypeError(f"compute_score got unknown keyword arguments {sorted(unknown)}; "
@@ -122,6 +125,7 @@ class _Call:
             "has_code": 1.0 if self.code is not None else 0.0,
             "length_term": self.length_term,
             "infra": 1.0 if infra else 0.0,
+            **sample_stats(self.extra_info, acc=acc, infra=1.0 if infra else 0.0),
         }
 
 
@@ -175,8 +179,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
         counts the tests before the first failure), ``verdict`` (``"AC"``, ``"WA"``, ... ``"INFRA"``),
         ``num_tests``, ``num_passed``, ``time_s`` (wall seconds in the sandbox), ``format_ok`` (1.0 when a
         fenced block or ``final_code`` was found), ``has_code``, ``length_term``, ``infra`` (1.0 when the
-        sandbox failed: the item scores ``infra_score``, is logged, and shows in verl's ``infra`` metric;
-        filter on it when analysing).
+        sandbox failed: the item scores ``infra_score`` and is logged); then the per-trajectory numbers of
+        `mrgrpo.metrics.sample_stats` (``SAMPLE_STAT_KEYS``: attempts, first_public_pass, fixed, model_tokens,
+        ..., ``excluded`` = 1.0 for INFRA or a failed trajectory: with the recipe's ``mrgrpo_grpo`` estimator
+        and sampler such a sample gets no gradient and does not move its group's baseline, docs/metrics.md).
 
     Safe to call from many threads at once (verl runs it in a thread pool) and from inside an event loop; it
     uses no signals. Example:

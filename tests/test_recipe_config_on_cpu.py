@@ -69,7 +69,7 @@ def test_mrgrpo_keys_land_where_verl_reads_them(default_cfg, repo_root):
     from mrgrpo.dataset import MrGRPODataset
 
     # algorithm
-    assert cfg.algorithm.adv_estimator == "grpo"
+    assert cfg.algorithm.adv_estimator == "mrgrpo_grpo"  # GRPO that leaves INFRA/error samples out
     # dataset class and its extra key (RLHFDataset reads data.*; get_dataset_class reads data.custom_cls)
     assert get_dataset_class(cfg.data) is MrGRPODataset
     assert "adjust_sys_prompt" in cfg.data and cfg.data.adjust_sys_prompt is None
@@ -118,7 +118,7 @@ def test_verl_accepts_the_composed_config(default_cfg, tiny_cfg):
         validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
         rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
         assert rollout.agent.default_agent_loop == "plan_code"
-        assert omega_conf_to_dataclass(cfg.algorithm).adv_estimator == "grpo"
+        assert omega_conf_to_dataclass(cfg.algorithm).adv_estimator == "mrgrpo_grpo"
         assert not need_critic(cfg)
 
 
