@@ -2,7 +2,11 @@
 
 Pure parsing: no code runs here. `read_problems(path)` yields a `Problem` for every good record and a
 `RecordError` (file, line, reason, raw text) for every bad one; it never raises on bad records, only on
-a missing or unreadable file.
+a missing or unreadable file (a directory, a JSON array document that does not parse: `InputFileError`).
+
+Files: JSON Lines (one record per line, lines end at "\\n" only, each line decoded as UTF-8 on its own, so
+a bad byte costs one record), a JSON array document (told from JSON Lines by parsing), or parquet; a UTF-8
+byte order mark is skipped.
 
 APPS+ (JSONL or a JSON array), one record per problem:
   - `prompt`: starter code with the statement as the docstring of the entry point;
@@ -243,30 +247,14 @@ def problem_from_record(record: Any, source_id: str) -> Problem:
     return problem_from_apps_plus(record, source_id)
 
 
-def _raw_records(path: Path) -> Iterator[tuple[int, Any, str]]:
-    """(1-based line or item number, decoded record or a decode error string, raw text)."""
-    if path.suffix == ".parquet":
-        import pandas as pd
+_BOM = b"\xef\xbb\xbf"
+_JSON_WS = " \t\r\n"  # the only whitespace JSON allows between tokens
+_JSON_TYPE = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+_DECODER = json.JSONDecoder(strict=False)  # raw control characters inside strings are kept, not rejected
 
-        for i, row in enumerate(pd.read_parquet(path).to_dict(orient="records"), start=1):
-            yield i, row, ""
-        return
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ProblemFormatError(f"{path}: not a valid JSON array: {exc}") from None
-        for i, item in enumerate(items, start=1):
-            yield i, item, json.dumps(item)[:2000]
-        return
-    for i, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield i, json.loads(line), line
-        except json.JSONDecodeError as exc:
-            yield i, _Undecodable(f"line is not valid JSON: {exc}"), line
+
+class InputFileError(ProblemFormatError):
+    """The input file as a whole cannot be read (a directory, a broken JSON array, ...). Names the file and where."""
 
 
 @dataclass(frozen=True)
@@ -274,15 +262,120 @@ class _Undecodable:
     reason: str
 
 
+def _jsonl_records(lines) -> Iterator[tuple[int, Any, str]]:
+    """JSON Lines: one record per ``\\n``-terminated line (a trailing ``\\r`` is dropped). Nothing else ends a
+    line: U+2028, U+2029, U+0085, \\x0b, \\x0c, \\x1c-\\x1e stay inside their record. Each line is decoded on
+    its own, so a byte that is not UTF-8 costs that line only."""
+    for number, data in enumerate(lines, start=1):
+        data = data.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            reason = f"line is not valid UTF-8: byte 0x{data[exc.start]:02x} at byte {exc.start + 1} of the line"
+            yield number, _Undecodable(reason), data.decode("utf-8", errors="backslashreplace")
+            continue
+        if not line.strip(_JSON_WS):
+            continue
+        try:
+            yield number, _DECODER.decode(line), line
+        except json.JSONDecodeError as exc:
+            yield number, _Undecodable(f"line is not valid JSON: {exc}"), line
+
+
+def _json_array(path: Path, data: bytes) -> list | None:
+    """The items of ``data`` if it is one JSON array document, None if it is JSON Lines.
+
+    Decided by parsing the first JSON value of the file: it is the whole document when it is followed by
+    nothing, or when it runs past the first line (a pretty-printed or cut array); a first line that is a
+    complete value followed by more lines is JSON Lines (that line is then quarantined as not an object).
+    A document that does not parse is an error naming the file, line and column.
+    """
+    text = data.decode("utf-8", errors="surrogateescape")  # bad bytes are located below, not here
+    start = len(text) - len(text.lstrip(_JSON_WS))
+    first_line_end = text.find("\n", start)
+    first_line_end = len(text) if first_line_end < 0 else first_line_end
+    only_line = not text[first_line_end:].strip(_JSON_WS)
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        if exc.pos <= first_line_end and not only_line:
+            return None  # a broken first line of a JSON Lines file
+        cut = " (the file ends inside the array: truncated?)" if exc.pos >= len(text.rstrip(_JSON_WS)) else ""
+        raise InputFileError(
+            f"{path}: not a valid JSON array: {exc.msg} at line {exc.lineno} column {exc.colno} (char {exc.pos}){cut}"
+        ) from None
+    rest = text[end:]
+    if rest.strip(_JSON_WS):
+        if end <= first_line_end:
+            return None
+        line = text.count("\n", 0, end) + 1
+        raise InputFileError(f"{path}: extra data after the JSON array that ends at line {line}")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputFileError(
+            f"{path}: byte 0x{data[exc.start]:02x} at line {line} column {column} is not UTF-8 "
+            "(a JSON array file must be UTF-8 throughout)"
+        ) from None
+    return value if isinstance(value, list) else None
+
+
+def _raw_records(path: Path) -> Iterator[tuple[int, Any, str]]:
+    """(1-based line or item number, decoded record or an ``_Undecodable``, raw text).
+
+    ``.parquet``: one record per row. Anything else: a JSON array document or JSON Lines, told apart by
+    parsing (``_json_array``); a UTF-8 byte order mark is skipped.
+    """
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        for i, row in enumerate(pd.read_parquet(path).to_dict(orient="records"), start=1):
+            yield i, row, ""
+        return
+    with open(path, "rb") as f:
+        if f.read(len(_BOM)) != _BOM:
+            f.seek(0)
+        body = f.tell()
+        first = b""
+        while not first:
+            chunk = f.read(1 << 16)
+            if not chunk:
+                break
+            first = chunk.lstrip(_JSON_WS.encode())[:1]
+        f.seek(body)
+        if first != b"[":  # only an array can be a JSON array document: stream the lines
+            yield from _jsonl_records(f)  # binary-mode lines end at b"\n" only
+            return
+        data = f.read()
+    items = _json_array(path, data)
+    if items is None:
+        yield from _jsonl_records(data.split(b"\n"))
+        return
+    for i, item in enumerate(items, start=1):
+        yield i, item, json.dumps(item, ensure_ascii=False)[:2000]
+
+
 def read_problems(path: str | Path) -> Iterator[Problem | RecordError]:
-    """Yield a Problem or a RecordError for every record of an APPS+/APPS file (.jsonl, .json, .parquet)."""
+    """Yield a Problem or a RecordError for every record of an APPS+/APPS file (.jsonl, .json, .parquet).
+
+    Raises FileNotFoundError for a missing file and InputFileError for a directory or a JSON array file
+    that does not parse (the message names the file and the position); never raises on a bad record.
+    """
     path = Path(path)
+    if path.is_dir():
+        raise InputFileError(f"APPS/APPS+ input {path} is a directory: pass one .jsonl, .json or .parquet file")
     if not path.is_file():
         raise FileNotFoundError(f"APPS/APPS+ file not found: {path}")
     for number, record, raw in _raw_records(path):
         where = f"{path}:{number}"
         if isinstance(record, _Undecodable):
             yield RecordError(where, record.reason, raw[:2000])
+            continue
+        if not isinstance(record, dict):
+            kind = "null" if record is None else _JSON_TYPE.get(type(record), type(record).__name__)
+            yield RecordError(where, f"record is not an object: a JSON {kind}", (raw or json.dumps(record))[:2000])
             continue
         try:
             yield problem_from_record(record, f"{path.stem}:{number}")

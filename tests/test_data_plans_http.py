@@ -3,8 +3,13 @@
 Covers: batch happy path, kill -9 after the batch was created and resume (same batch id, no resubmission),
 a kill inside the create call (found again through the batch metadata), partial failures (error file,
 missing and malformed lines, truncated and code-containing answers) retried in a second batch, items
-that keep failing reported after max_attempts, sync with 429 + Retry-After, malformed JSON, cut
-responses, and idempotency (a second run makes no HTTP request at all).
+that keep failing reported after max_attempts, transient failures (5xx, 408, 409, 429 + Retry-After, cut
+connections) at every Batch API step retried, a create that failed on the way back adopted rather than
+repeated, a step failing for good named in one line, sync with 429 + Retry-After, malformed JSON, cut
+responses, Ctrl-C during sync (queued requests never sent, exit 130, resume), and idempotency (a second run
+makes no HTTP request at all).
+
+Injected faults carry Retry-After / retry-after-ms of a few milliseconds, so retries wait next to nothing.
 """
 
 from __future__ import annotations
@@ -63,6 +68,32 @@ class FakeOpenAI:
         self.calls: list[tuple[str, str]] = []
         self.seen: dict[tuple[str, str], int] = {}
         self.lock = threading.Lock()
+        self.faults: dict[str, list] = {}  # step -> faults for its next requests (see ``fault``)
+        self.forever: dict[str, object] = {}
+        self.chat_received = 0
+        self.hold_chat_after: int | None = None  # chat requests past this many wait for ``release``
+        self.release = threading.Event()
+
+    def fault(self, step: str, *faults, forever: bool = False) -> None:
+        """The next requests of ``step`` ("upload", "create", "retrieve", "list", "content", "chat") fail, one
+        fault each: a status code (answered with retry-after-ms: 1), ``(status, headers)``, "cut" (the answer
+        stops half way and the connection closes), or ``("after", status)`` (create only: the batch is made,
+        then the status is answered). ``forever``: every request gets the one fault given."""
+        if forever:
+            self.forever[step] = faults[0]
+        else:
+            self.faults.setdefault(step, []).extend(faults)
+
+    def take_fault(self, step: str, when: str):
+        """The fault for this request of ``step`` at moment ``when`` ("before" or "after" handling it), or None."""
+        with self.lock:
+            queue = self.faults.get(step)
+            fault = self.forever.get(step, queue[0] if queue else None)
+            if fault is None or (isinstance(fault, tuple) and fault[0] == "after") != (when == "after"):
+                return None
+            if step not in self.forever:
+                queue.pop(0)
+            return fault
 
     def count(self, method: str, prefix: str) -> int:
         return sum(1 for m, p in self.calls if m == method and p.startswith(prefix))
@@ -106,7 +137,7 @@ class FakeOpenAI:
             b["status"] = "in_progress"
             return
         out, err = [], []
-        for line in self.files[b["input_file_id"]].decode().splitlines():
+        for line in self.files[b["input_file_id"]].decode().split("\n")[:-1]:  # JSON Lines: "\n" only
             req = json.loads(line)
             cid = req["custom_id"]
             what, arg = self._next("batch", problem_tag(req["body"]))
@@ -119,7 +150,8 @@ class FakeOpenAI:
                             "custom_id": cid,
                             "error": None,
                             "response": {"status_code": 200, "request_id": "q", "body": comp},
-                        }
+                        },
+                        ensure_ascii=False,  # UTF-8 as is: U+2028 and friends raw inside a line
                     )
                 )
             elif what == "error":
@@ -169,18 +201,38 @@ def make_handler(state: FakeOpenAI):
         def _body(self) -> bytes:
             return self.rfile.read(int(self.headers.get("content-length") or 0))
 
+        def _fault(self, step: str, when: str = "before") -> bool:
+            """Answer with the next injected fault of ``step`` if there is one; True when it was sent."""
+            fault = state.take_fault(step, when)
+            if fault is None:
+                return False
+            if fault == "cut":
+                self._send(200, None, raw=b'{"id": "x", "obj', declared=400)
+                return True
+            if isinstance(fault, tuple) and fault[0] == "after":
+                fault = fault[1]
+            status, headers = fault if isinstance(fault, tuple) else (fault, {"retry-after-ms": "1"})
+            self._send(status, {"error": {"message": f"injected {status}", "type": "server_error"}}, headers)
+            return True
+
         def do_GET(self):
             path = self.path.split("?")[0]
             state.calls.append(("GET", path))
             m = re.fullmatch(r"/v1/files/([^/]+)/content", path)
             if m:
+                if self._fault("content"):
+                    return None
                 return self._send(200, None, raw=state.files[m.group(1)], ctype="application/octet-stream")
             m = re.fullmatch(r"/v1/batches/([^/]+)", path)
             if m:
+                if self._fault("retrieve"):
+                    return None
                 b = state.batches[m.group(1)]
                 state.advance(b)
                 return self._send(200, state.batch_obj(b))
             if path == "/v1/batches":
+                if self._fault("list"):
+                    return None
                 data = [state.batch_obj(b) for b in state.batches.values()]
                 return self._send(200, {"object": "list", "data": data, "has_more": False})
             self._send(404, {"error": {"message": "no such path"}})
@@ -190,6 +242,8 @@ def make_handler(state: FakeOpenAI):
             state.calls.append(("POST", path))
             raw = self._body()
             if path == "/v1/files":
+                if self._fault("upload"):
+                    return None
                 msg = email.parser.BytesParser(policy=email.policy.default).parsebytes(
                     b"content-type: " + self.headers["content-type"].encode() + b"\r\n\r\n" + raw
                 )
@@ -201,6 +255,8 @@ def make_handler(state: FakeOpenAI):
                 state.files[fid] = fields["file"]
                 return self._send(200, state.file_obj(fid, fields["purpose"].decode()))
             if path == "/v1/batches":
+                if self._fault("create"):
+                    return None
                 req = json.loads(raw)
                 bid = "batch_" + uuid.uuid4().hex[:12]
                 state.batches[bid] = {
@@ -217,16 +273,25 @@ def make_handler(state: FakeOpenAI):
                     "request_counts": {"total": 0, "completed": 0, "failed": 0},
                     "_polls": 0,
                 }
+                if self._fault("create", when="after"):
+                    return None
                 return self._send(200, state.batch_obj(state.batches[bid]))
             if path == "/v1/chat/completions":
                 req = json.loads(raw)
+                with state.lock:
+                    state.chat_received += 1
+                    n_chat = state.chat_received
+                if state.hold_chat_after is not None and n_chat > state.hold_chat_after:
+                    state.release.wait(60)
                 what, arg = state._next("chat", problem_tag(req))
                 if what == "429":
                     return self._send(
-                        429, {"error": {"message": "rate limited", "type": "rate_limit"}}, headers={"retry-after": "0"}
+                        429,
+                        {"error": {"message": "rate limited", "type": "rate_limit"}},
+                        headers={"retry-after": "0.01"},
                     )
                 if what == "500":
-                    return self._send(500, {"error": {"message": "internal"}})
+                    return self._send(500, {"error": {"message": "internal"}}, headers={"retry-after-ms": "1"})
                 if what == "badjson":
                     return self._send(200, None, raw=b'{"id": "x", "choices": [{"mess')
                 if what == "cut":
@@ -247,6 +312,7 @@ def server():
     t.start()
     state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     yield state
+    state.release.set()
     httpd.shutdown()
     httpd.server_close()
 
@@ -302,6 +368,15 @@ def test_batch_happy_path_and_idempotent(server, problems, tmp_path):
     assert len(server.calls) == n_calls and again.requested == 0
     assert [r["plan"] for r in again.rows] == [r["plan"] for r in res.rows]
     assert again.usage_total.prompt_tokens == res.usage_total.prompt_tokens
+
+
+def test_batch_output_lines_end_at_newline_only(server, problems, tmp_path):
+    """A plan holding U+2028, U+2029 or U+0085 (written raw by the server) is one output line, not three."""
+    server.behave = lambda kind, tag, n: ("ok", good_plan(tag).replace(". ", ".\u2028", 1).replace(". ", ".\u0085 ", 1))
+    res = gen(problems, opts(server), tmp_path)
+    assert res.counts["ok"] == len(problems) and res.counts["attempts"] == len(problems)
+    state = json.loads((tmp_path / "plans" / "batch_state.json").read_text())
+    assert state["batches"][0]["ingest"]["malformed_lines"] == 0
 
 
 def test_batch_partial_failures_are_retried_then_reported(server, problems, tmp_path):
@@ -375,6 +450,9 @@ class CrashingClient:
 
         self.batches = Batches()
         self.files = inner.files
+
+    def with_options(self, **kw):
+        return CrashingClient(self._inner.with_options(**kw), self._after)
 
 
 @pytest.mark.parametrize("after", ["create", "retrieve"])
@@ -500,3 +578,162 @@ def test_missing_api_key_is_a_clear_error(problems, tmp_path, monkeypatch):
     o = PlanOptions(backend="sync", api_key_env=KEY_ENV)
     with pytest.raises(PlanError, match=f"environment variable {KEY_ENV} is not set"):
         gen(problems[:1], o, tmp_path)
+
+
+# ---------------------------------------------------------------- transient failures of the Batch API
+
+
+def input_lines(server) -> int:
+    """Lines of the one batch input file the server received."""
+    (b,) = server.batches.values()
+    return len(server.files[b["input_file_id"]].decode().splitlines())
+
+
+@pytest.mark.parametrize(
+    "step, fault",
+    [
+        ("upload", 503),
+        ("upload", 408),
+        ("upload", "cut"),
+        ("create", 503),
+        ("create", 409),
+        ("retrieve", 502),
+        ("retrieve", "cut"),
+        ("content", 500),
+        ("content", "cut"),
+    ],
+)
+def test_batch_step_retries_a_transient_failure(server, problems, tmp_path, step, fault):
+    server.fault(step, fault)
+    res = gen(problems, opts(server), tmp_path)
+    assert res.counts["ok"] == len(problems) and res.counts["failed"] == 0
+    assert server.faults[step] == []  # the fault was served, and the step was tried again
+    assert len(server.batches) == 1 and input_lines(server) == len(problems)  # a retried upload is complete
+
+
+def test_batch_create_that_failed_on_the_way_back_is_adopted_not_repeated(server, problems, tmp_path):
+    server.fault("create", ("after", 503))  # the server makes the batch, then answers 503
+    res = gen(problems, opts(server), tmp_path)
+    assert res.counts["ok"] == len(problems)
+    assert server.count("POST", "/v1/batches") == 1 and len(server.batches) == 1
+    state = json.loads((tmp_path / "plans" / "batch_state.json").read_text())
+    assert [b["batch_id"] for b in state["batches"]] == list(server.batches)
+
+
+@pytest.mark.parametrize("step", ["upload", "retrieve", "create"])
+def test_batch_429_waits_for_retry_after(server, problems, tmp_path, monkeypatch, step):
+    """The wait after a 429 is the server's Retry-After, not the client's own backoff (0.5 s and up, jittered)."""
+    server.fault(step, (429, {"retry-after": "0.0123"}))
+    slept: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        real_sleep(s)
+
+    monkeypatch.setattr(time, "sleep", sleep)  # the openai client's waits
+    res = gen(problems, opts(server), tmp_path, sleep=sleep)  # our waits (create, polls)
+    assert res.counts["ok"] == len(problems)
+    assert server.faults[step] == [] and 0.0123 in slept
+
+
+def test_batch_step_failing_for_good_is_one_line_naming_the_step_then_resumes(server, tmp_path):
+    out = tmp_path / "out"
+    server.fault("upload", 503, forever=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "mrgrpo.cli",
+        "data",
+        "prepare",
+        "--out",
+        str(out),
+        "--plans",
+        "batch",
+        "--no-run-reference",
+        "--base-url",
+        server.base_url,
+        "--api-key-env",
+        KEY_ENV,
+        "--max-retries",
+        "2",
+        "--poll-interval",
+        "0.05",
+        "--quiet",
+    ]
+    env = {**os.environ, KEY_ENV: "sk-test"}
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert re.search(r"batch upload of \S+input\.jsonl failed after 3 tries: InternalServerError 503", line), line
+    assert server.base_url in line and "run the same command again to resume" in line
+    assert server.count("POST", "/v1/files") == 3 and not server.batches
+    # the outage ends: the plan stage picks up the saved batch (same input file, one batch)
+    del server.forever["upload"]
+    res = pipeline.run_plans(out, opts(server), log=lambda s: None)
+    assert res.info["ok"] == 150 and res.info["requested_now"] == 150
+    assert len(server.batches) == 1 and input_lines(server) == 150
+    state = json.loads((out / "plans" / "batch_state.json").read_text())
+    assert len(state["batches"]) == 1 and state["batches"][0]["batch_id"] in server.batches
+
+
+# ---------------------------------------------------------------- Ctrl-C during sync
+
+
+def test_ctrl_c_during_sync_sends_nothing_more_keeps_answers_and_exits_130(server, tmp_path):
+    """SIGINT to a real `mrgrpo data plans --plans sync` while 3 requests hang on the server and 142 are queued:
+    it exits 130 without waiting for them or sending the queue, says how many plans are saved, and a rerun
+    requests exactly the rest."""
+    out = tmp_path / "out"
+    pipeline.run_validate(out, None, ValidateOptions(run_reference=False))
+    answered, concurrency = 5, 3
+    server.hold_chat_after = answered  # chat requests after the 5th hang until server.release
+    cmd = [
+        sys.executable,
+        "-m",
+        "mrgrpo.cli",
+        "data",
+        "plans",
+        "--out",
+        str(out),
+        "--plans",
+        "sync",
+        "--concurrency",
+        str(concurrency),
+        "--base-url",
+        server.base_url,
+        "--api-key-env",
+        KEY_ENV,
+        "--quiet",
+    ]
+    env = {**os.environ, KEY_ENV: "sk-test"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cache = out / "plans" / "cache"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            saved = len(list(cache.rglob("*.json"))) if cache.exists() else 0
+            if saved == answered and server.chat_received == answered + concurrency:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the plans process never had {answered} plans saved and {concurrency} requests in flight")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 130, stdout + stderr
+    assert stderr.strip() == f"interrupted: {answered} saved, re-run to resume", stderr
+    assert server.chat_received == answered + concurrency  # the queued requests were never sent
+    assert len(list(cache.rglob("*.json"))) == answered
+    server.hold_chat_after = None
+    server.release.set()
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"{150 - answered} of 150 plans to request" in r.stdout
+    assert server.chat_received == answered + concurrency + 150 - answered
+    rows = list(store.read_jsonl(out / "plans.jsonl"))
+    assert len(rows) == 150 and all(row["status"] == "ok" and row["attempts"] == 1 for row in rows)

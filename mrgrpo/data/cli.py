@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from mrgrpo.apps import ProblemFormatError
 from mrgrpo.data import pipeline
 from mrgrpo.data.build import BuildOptions
 from mrgrpo.data.plans import DASHSCOPE_BASE_URL, DEFAULT_MODEL, BatchPending, PlanOptions
@@ -91,7 +92,8 @@ def _add_plans(p: argparse.ArgumentParser, with_none: bool) -> None:
     p.add_argument("--max-attempts", type=int, default=3, help="attempts per plan before it is reported failed")
     p.add_argument("--retry-failed", action="store_true", help="give plans that failed earlier a new set of attempts")
     p.add_argument("--concurrency", type=int, default=8, help="sync: requests in flight")
-    p.add_argument("--max-retries", type=int, default=6, help="sync: retries of 429/5xx/timeouts per attempt")
+    p.add_argument("--max-retries", type=int, default=6,
+                   help="retries of 429/408/409/5xx, cut connections and timeouts per API call (batch and sync)")
     p.add_argument("--poll-interval", type=float, default=30.0, help="batch: seconds between status polls")
     p.add_argument(
         "--max-wait",
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     except BatchPending as e:
         print(f"mrgrpo data: {e}", file=sys.stderr)
         return 3
-    except (DataError, FileNotFoundError) as e:
+    except (DataError, FileNotFoundError, ProblemFormatError) as e:
         print(f"mrgrpo data {a.cmd}: error: {e}", file=sys.stderr)
         return 1
     print(f"wrote {out} in {time.perf_counter() - t0:.1f}s")

@@ -26,6 +26,7 @@ from mrgrpo.data import store
 from mrgrpo.data.build import BuildOptions, build_rows, parquet_bytes
 from mrgrpo.data.plans import PlanOptions, generate_plans, make_client, usage_dict
 from mrgrpo.data.runner import ReferenceRunner
+from mrgrpo.data.store import DataError
 from mrgrpo.data.validate import ValidateOptions, problem_from_dict, validate
 
 PROBLEMS = "problems.jsonl"
@@ -40,6 +41,8 @@ def resolve_input(path: str | Path | None) -> tuple[Path, str]:
         p = bundled_sample_path()
         return p, f"bundled:{p.name}"
     p = Path(path)
+    if p.is_dir():
+        raise DataError(f"mrgrpo data: input {p} is a directory: pass one .jsonl, .json or .parquet file")
     if not p.is_file():
         raise FileNotFoundError(f"mrgrpo data: input file not found: {p}")
     return p, str(p)

@@ -1,9 +1,18 @@
 """Stage 2: a natural-language plan per problem from a stronger model, cached and resumable.
 
 Backends: ``batch`` (OpenAI-compatible Batch API: upload JSONL, create, poll, download output + error
-files), ``sync`` (chat completions, bounded concurrency, retries with backoff), ``vllm`` (a local
-``vllm.LLM``). All HTTP goes through the ``openai`` client that ``make_client`` builds (the seam tests
-point at a local server); ``vllm`` is imported only by the vllm backend.
+files), ``sync`` (chat completions, bounded concurrency), ``vllm`` (a local ``vllm.LLM``). All HTTP goes
+through the ``openai`` client that ``make_client`` builds (the seam tests point at a local server); ``vllm``
+is imported only by the vllm backend.
+
+Transient failures of any API call (429, 408, 409, 5xx, cut connections, timeouts) are retried by the openai
+client itself (``max_retries`` times, exponential backoff with jitter, ``Retry-After`` honoured); a call that
+still fails names its step (``batch upload of ... failed after 7 tries: ...``). ``batches.create`` alone is
+retried here, one request at a time, so that between tries the batch list can show whether a failed-looking
+create reached the server: that batch is adopted, never submitted twice.
+
+Ctrl-C: queued requests are never sent, plans already answered stay saved, and the stage prints
+``interrupted: N saved, re-run to resume`` and leaves with status 130 (``PlansInterrupted``).
 
 Cache: one JSON file per (problem hash, model, plan prompt version) under ``<cache_dir>/<k[:2]>/<k>.json``.
 An entry records every attempt with its raw response, so rejected plans are kept. An entry is final
@@ -16,12 +25,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import random
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +55,17 @@ class BatchPending(PlanError):
     """The batch is still running after ``max_wait_s``; its id is saved, run the command again to resume."""
 
 
+class PlansInterrupted(SystemExit):
+    """Ctrl-C during the plan stage: what was answered is saved; leaves the process with status 130."""
+
+    def __init__(self, message: str, saved: int):
+        super().__init__(130)
+        self.message, self.saved = message, saved
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @dataclass(frozen=True)
 class PlanOptions:
     backend: str = "batch"
@@ -58,9 +79,9 @@ class PlanOptions:
     max_attempts: int = 3  # attempts per item (API error, truncated, rejected) before it is reported failed
     retry_failed: bool = False
     concurrency: int = 8  # sync
-    max_retries: int = 6  # sync: transport retries (429, 5xx, timeouts) inside one attempt
-    backoff_s: float = 1.0  # sync: first backoff, doubled each retry (with jitter), capped by backoff_max_s
-    backoff_max_s: float = 60.0
+    max_retries: int = 6  # every API call: retries of 429, 408, 409, 5xx, cut connections and timeouts
+    backoff_s: float = 0.5  # batches.create (our own retries): first wait, doubled each try, with jitter...
+    backoff_max_s: float = 8.0  # ... capped here (the openai client's schedule for every other call)
     request_timeout_s: float = 180.0
     poll_interval_s: float = 30.0  # batch
     max_wait_s: float = 48 * 3600.0  # batch: stop polling (resumable) after this long
@@ -74,6 +95,8 @@ class PlanOptions:
             raise ValueError(f"PlanOptions.backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.max_attempts < 1 or self.concurrency < 1:
             raise ValueError("PlanOptions: max_attempts and concurrency must be >= 1")
+        if self.max_retries < 0:
+            raise ValueError(f"PlanOptions.max_retries must be >= 0, got {self.max_retries}")
 
     @property
     def prompt_version(self) -> str:
@@ -185,7 +208,13 @@ class Recorder:
     def __init__(self, cache: PlanCache, opts: PlanOptions, items: dict[str, Item], rejected_log: Path):
         self.cache, self.opts, self.items, self.rejected_log = cache, opts, items, rejected_log
         self.usage = Usage()
+        self.closed = False
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Record nothing more (answers arriving after Ctrl-C are dropped); waits for a write in progress."""
+        with self._lock:
+            self.closed = True
 
     def record(
         self,
@@ -226,7 +255,7 @@ class Recorder:
         }
         with self._lock:
             entry = self.cache.get(key) or _new_entry(item, self.opts)
-            if entry["status"] == "ok":  # a late duplicate answer: keep the accepted plan
+            if self.closed or entry["status"] == "ok":  # interrupted, or a late duplicate of an accepted plan
                 return entry
             entry["attempts"].append(attempt)
             entry.update(
@@ -248,7 +277,9 @@ class Recorder:
 
 
 def make_client(opts: PlanOptions):
-    """The one place an HTTP client is built. Retries are ours (``max_retries=0``)."""
+    """The one place an HTTP client is built. Transient failures (429, 408, 409, 5xx, cut connections, timeouts)
+    are retried by the openai client: ``opts.max_retries`` times, exponential backoff with jitter, Retry-After
+    (and retry-after-ms) honoured."""
     key = os.environ.get(opts.api_key_env)
     if not key:
         raise PlanError(
@@ -257,7 +288,9 @@ def make_client(opts: PlanOptions):
         )
     import openai
 
-    return openai.OpenAI(api_key=key, base_url=opts.base_url, max_retries=0, timeout=opts.request_timeout_s)
+    return openai.OpenAI(
+        api_key=key, base_url=opts.base_url, max_retries=opts.max_retries, timeout=opts.request_timeout_s
+    )
 
 
 def _is_fatal(exc: Exception) -> bool:
@@ -267,57 +300,67 @@ def _is_fatal(exc: Exception) -> bool:
 
 
 def _is_transient(exc: Exception) -> bool:
+    """What the openai client retries: connection errors and timeouts, 408, 409, 429 and 5xx."""
     import openai
 
-    if isinstance(
-        exc,
-        (
-            openai.RateLimitError,
-            openai.APIConnectionError,
-            openai.APITimeoutError,
-            openai.InternalServerError,
-            openai.ConflictError,
-        ),
-    ):
+    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
         return True
-    return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
+    return isinstance(exc, openai.APIStatusError) and (exc.status_code in (408, 409, 429) or exc.status_code >= 500)
 
 
-def _retry_after_s(exc: Exception) -> float | None:
-    resp = getattr(exc, "response", None)
-    value = resp.headers.get("retry-after") if resp is not None else None
+def _tries(exc: Exception) -> int | None:
+    """How many requests the openai client sent for the call that raised ``exc`` (it numbers its retries in a
+    request header); None when unknown."""
+    request = getattr(exc, "request", None)
     try:
-        return float(value) if value is not None else None
-    except ValueError:
+        return int(request.headers["x-stainless-retry-count"]) + 1
+    except (AttributeError, KeyError, TypeError, ValueError):
         return None
 
 
 def _describe(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
-    msg = str(exc).replace("\n", " ")[:300]
+    msg = " ".join(str(exc).split())[:300]
     return f"{type(exc).__name__}" + (f" {status}" if status else "") + f": {msg}"
 
 
-def _fatal_error(exc: Exception, opts: PlanOptions, what: str) -> PlanError:
-    return PlanError(f"{what} at {opts.base_url} (model {opts.model!r}) failed: {_describe(exc)}")
+def _after(tries: int | None) -> str:
+    return "" if tries is None else f" after {tries} {'try' if tries == 1 else 'tries'}"
+
+
+def _step_error(step: str, exc: Exception, opts: PlanOptions, tries: int | None = None, then: str = "") -> PlanError:
+    """One line: the step, how many requests were tried, the last error, the server and model."""
+    tries = tries if tries is not None else _tries(exc)
+    return PlanError(f"{step} failed{_after(tries)}: {_describe(exc)} [{opts.base_url}, model {opts.model!r}]" + then)
+
+
+def _call(step: str, fn: Callable[[], Any], opts: PlanOptions, then: str = "") -> Any:
+    """``fn()`` (one client call, retried by the client); its final failure becomes a PlanError naming ``step``."""
+    try:
+        return fn()
+    except Exception as exc:
+        raise _step_error(step, exc, opts, then=then) from exc
+
+
+def _retry_wait(exc: Exception, n: int, opts: PlanOptions) -> float | None:
+    """Seconds to wait before try ``n + 2`` (the openai client's rule): the server's Retry-After (-ms) when it is
+    in (0, 120] s, else ``backoff_s * 2**n`` capped at ``backoff_max_s``, minus up to 25% jitter. None: the
+    server asks for more than 120 s, give up."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
+        try:
+            wait = float(headers.get(name)) * scale
+        except (TypeError, ValueError):
+            continue
+        if 0 < wait <= 120:
+            return wait
+        if wait > 120:
+            return None
+        break
+    return min(opts.backoff_s * 2**n, opts.backoff_max_s) * (1 - 0.25 * random.random())
 
 
 # ---------------------------------------------------------------- sync backend
-
-
-def _call_with_retries(fn: Callable[[], Any], opts: PlanOptions, sleep: Callable[[float], None] = time.sleep) -> Any:
-    """Run ``fn``; on a transient error wait (Retry-After, else exponential backoff with jitter) and retry."""
-    for i in range(opts.max_retries + 1):
-        try:
-            return fn()
-        except Exception as exc:
-            if not _is_transient(exc) or i == opts.max_retries:
-                raise
-            wait = _retry_after_s(exc)
-            if wait is None:
-                wait = min(opts.backoff_max_s, opts.backoff_s * 2**i) * (0.5 + random.random() / 2)
-            sleep(min(wait, opts.backoff_max_s))
-    raise AssertionError("unreachable")
 
 
 def _completion_fields(resp: Any) -> tuple[str | None, str | None, dict]:
@@ -336,36 +379,67 @@ def _completion_fields(resp: Any) -> tuple[str | None, str | None, dict]:
 
 
 def run_sync(items: list[Item], rec: Recorder, opts: PlanOptions, client, progress: bool = False) -> None:
-    fatal: list[Exception] = []
-    stop = threading.Event()
+    """``opts.concurrency`` worker threads take items from a queue, one chat completion at a time.
 
-    def work(item: Item) -> None:
-        while not stop.is_set():
-            entry = rec.cache.get(item.key)
-            if is_final(entry):
-                return
+    Ctrl-C (KeyboardInterrupt in the calling thread): no queued item is started, the recorder is closed (answers
+    to requests in flight are dropped, nothing is written after this returns) and the interrupt propagates.
+    The workers are daemon threads, so a request in flight does not hold the process.
+    """
+    todo: queue.SimpleQueue[Item] = queue.SimpleQueue()
+    for it in items:
+        todo.put(it)
+    stop = threading.Event()
+    fatal: list[Exception] = []
+    crashed: list[BaseException] = []
+    bar = _bar(progress, len(items), "plans (sync)")
+
+    def plan(item: Item) -> None:
+        while not stop.is_set() and not is_final(rec.cache.get(item.key)):
             try:
-                resp = _call_with_retries(
-                    lambda: client.chat.completions.create(**opts.request_body(item.messages)), opts
-                )
+                resp = client.chat.completions.create(**opts.request_body(item.messages))
             except Exception as exc:
                 if _is_fatal(exc):
                     fatal.append(exc)
                     stop.set()
                     return
-                rec.record(item.key, backend="sync", error=f"api_error: {_describe(exc)}")
+                rec.record(item.key, backend="sync", error=f"api_error: {_describe(exc)}{_after(_tries(exc))}")
                 continue
             content, finish, usage = _completion_fields(resp)
             rec.record(item.key, backend="sync", content=content, finish_reason=finish, usage=usage)
 
-    bar = _bar(progress, len(items), "plans (sync)")
-    with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
-        for f in as_completed([pool.submit(work, it) for it in items]):
-            f.result()
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                item = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                plan(item)
+            except BaseException as exc:  # a fault of ours (e.g. a corrupt cache entry): stop, re-raise below
+                crashed.append(exc)
+                stop.set()
+                return
             bar.update(1)
-    bar.close()
+
+    threads = [
+        threading.Thread(target=worker, name=f"mrgrpo-plans-{i}", daemon=True)
+        for i in range(min(opts.concurrency, len(items)))
+    ]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        stop.set()
+        rec.close()
+        raise
+    finally:
+        bar.close()
+    if crashed:
+        raise crashed[0]
     if fatal:
-        raise _fatal_error(fatal[0], opts, "chat completions")
+        raise _step_error("chat completion", fatal[0], opts)
 
 
 # ---------------------------------------------------------------- batch backend
@@ -391,20 +465,37 @@ def _custom_id(key: str, n: int) -> str:
     return f"p{key[:24]}a{n}"
 
 
-def _find_created_batch(client, local_id: str, input_file_id: str | None) -> Any:
-    """A batch whose create call went out but whose id we did not save (kill during create)."""
+_RESUME = "; the batch state is saved in plans/batch_state.json: run the same command again to resume"
+
+
+def _find_created_batch(client, b: dict, opts: PlanOptions) -> Any:
+    """The batch of ``b`` if a create call reached the server but its answer did not reach us (a kill during
+    create, or a create that failed on the way back), found by its ``mrgrpo_local_id`` metadata or input file."""
+    step = f"batch list (looking for batch {b['local_id']}, whose create call may have reached the server)"
     try:
         page = client.batches.list(limit=100)
-    except Exception:
-        return None
-    for b in getattr(page, "data", []) or []:
-        meta = getattr(b, "metadata", None) or {}
-        if meta.get("mrgrpo_local_id") == local_id or (input_file_id and b.input_file_id == input_file_id):
-            return b
+    except Exception as exc:
+        if _is_transient(exc):  # unknown whether it exists: creating another one could run the requests twice
+            raise _step_error(step, exc, opts, then=_RESUME) from exc
+        return None  # the server cannot list batches: nothing to adopt
+    for found in getattr(page, "data", []) or []:
+        meta = getattr(found, "metadata", None) or {}
+        if meta.get("mrgrpo_local_id") == b["local_id"] or (
+            b["input_file_id"] and found.input_file_id == b["input_file_id"]
+        ):
+            return found
     return None
 
 
-def _submit(client, rec: Recorder, state: BatchState, items: list[Item], opts: PlanOptions, plans_dir: Path) -> dict:
+def _submit(
+    client,
+    rec: Recorder,
+    state: BatchState,
+    items: list[Item],
+    opts: PlanOptions,
+    plans_dir: Path,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict:
     local_id = f"b{len(state.batches) + 1:04d}-{uuid.uuid4().hex[:8]}"
     bdir = plans_dir / "batches" / local_id
     ids = {}
@@ -435,54 +526,67 @@ def _submit(client, rec: Recorder, state: BatchState, items: list[Item], opts: P
     }
     state.batches.append(b)
     state.save()
-    _ensure_created(client, b, opts, plans_dir, state)
+    _ensure_created(client, b, opts, plans_dir, state, sleep)
     return b
 
 
-def _ensure_created(client, b: dict, opts: PlanOptions, plans_dir: Path, state: BatchState) -> None:
+def _create_batch(client, b: dict, opts: PlanOptions, sleep: Callable[[float], None]) -> Any:
+    """``batches.create``, retried here rather than by the client: a create whose answer is lost may still have
+    made the batch, so before each new try the batch list is checked and such a batch is adopted."""
+    once = client.with_options(max_retries=0)
+    step = f"batch create ({b['local_id']}, input file {b['input_file_id']})"
+    for n in range(opts.max_retries + 1):
+        try:
+            return once.batches.create(
+                input_file_id=b["input_file_id"],
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                metadata={"mrgrpo_local_id": b["local_id"]},
+            )
+        except Exception as exc:
+            wait = _retry_wait(exc, n, opts) if _is_transient(exc) and n < opts.max_retries else None
+            if wait is None:
+                raise _step_error(step, exc, opts, tries=n + 1, then=_RESUME) from exc
+        sleep(wait)
+        found = _find_created_batch(client, b, opts)
+        if found is not None:
+            return found
+    raise AssertionError("unreachable")
+
+
+def _ensure_created(
+    client, b: dict, opts: PlanOptions, plans_dir: Path, state: BatchState, sleep: Callable[[float], None]
+) -> None:
     if b["batch_id"]:
         return
     if b["phase"] == "creating":
-        found = _find_created_batch(client, b["local_id"], b["input_file_id"])
+        found = _find_created_batch(client, b, opts)
         if found is not None:
             b.update(batch_id=found.id, phase="submitted", remote_status=found.status)
             state.save()
             return
-    try:
-        if not b["input_file_id"]:
-            with open(plans_dir / b["input_path"], "rb") as f:
-                fobj = client.files.create(file=(f"mrgrpo-{b['local_id']}.jsonl", f), purpose="batch")
-            b.update(input_file_id=fobj.id)
-            state.save()
-        b["phase"] = "creating"
+    if not b["input_file_id"]:
+        path = plans_dir / b["input_path"]
+        with open(path, "rb") as f:  # a seekable file: the client rewinds it before each retry
+            fobj = _call(
+                f"batch upload of {path}",
+                lambda: client.files.create(file=(f"mrgrpo-{b['local_id']}.jsonl", f), purpose="batch"),
+                opts,
+                then=_RESUME,
+            )
+        b.update(input_file_id=fobj.id)
         state.save()
-        batch = client.batches.create(
-            input_file_id=b["input_file_id"],
-            endpoint="/v1/chat/completions",
-            completion_window="24h",
-            metadata={"mrgrpo_local_id": b["local_id"]},
-        )
-    except Exception as exc:
-        raise _fatal_error(exc, opts, f"submitting batch {b['local_id']}") from exc
+    b["phase"] = "creating"
+    state.save()
+    batch = _create_batch(client, b, opts, sleep)
     b.update(batch_id=batch.id, phase="submitted", remote_status=batch.status)
     state.save()
 
 
 def _poll(client, b: dict, opts: PlanOptions, state: BatchState, sleep: Callable[[float], None], bar) -> Any:
     deadline = time.monotonic() + opts.max_wait_s
-    errors = 0
     while True:
-        try:
-            batch = client.batches.retrieve(b["batch_id"])
-            errors = 0
-        except Exception as exc:
-            if _is_fatal(exc):
-                raise _fatal_error(exc, opts, f"polling batch {b['batch_id']}") from exc
-            errors += 1
-            if errors > opts.max_retries:
-                raise _fatal_error(exc, opts, f"polling batch {b['batch_id']} ({errors} errors in a row)") from exc
-            sleep(min(opts.backoff_max_s, opts.backoff_s * 2**errors))
-            continue
+        batch = _call(f"batch poll of {b['batch_id']}", lambda: client.batches.retrieve(b["batch_id"]), opts, _RESUME)
         counts = batch.request_counts.model_dump() if getattr(batch, "request_counts", None) else None
         b.update(
             remote_status=batch.status,
@@ -506,15 +610,13 @@ def _poll(client, b: dict, opts: PlanOptions, state: BatchState, sleep: Callable
         sleep(opts.poll_interval_s)
 
 
-def _download(client, file_id: str | None, dest: Path, opts: PlanOptions) -> str:
+def _download(client, kind: str, b: dict, file_id: str | None, dest: Path, opts: PlanOptions) -> str:
     if not file_id:
         return ""
     if dest.is_file():
         return dest.read_text(encoding="utf-8")
-    try:
-        resp = _call_with_retries(lambda: client.files.content(file_id), opts)
-    except Exception as exc:
-        raise _fatal_error(exc, opts, f"downloading file {file_id}") from exc
+    step = f"batch {kind} file download ({file_id} of batch {b['batch_id']})"
+    resp = _call(step, lambda: client.files.content(file_id), opts, _RESUME)
     text = resp.content.decode("utf-8", errors="replace") if hasattr(resp, "content") else str(resp)
     store.write_text_if_changed(dest, text)
     return text
@@ -526,8 +628,9 @@ def _ingest(client, b: dict, batch: Any, rec: Recorder, opts: PlanOptions, plans
     found: dict[str, int] = {"ok_lines": 0, "error_lines": 0, "malformed_lines": 0, "missing": 0}
     seen: set[str] = set()
     for kind, fid in (("output", b.get("output_file_id")), ("error", b.get("error_file_id"))):
-        text = _download(client, fid, bdir / f"{kind}.jsonl", opts)
-        for line in text.splitlines():
+        text = _download(client, kind, b, fid, bdir / f"{kind}.jsonl", opts)
+        for line in text.split("\n"):  # JSON Lines: "\n" only (U+2028 and friends may sit raw in a plan)
+            line = line.removesuffix("\r")
             if not line.strip():
                 continue
             try:
@@ -588,7 +691,7 @@ def run_batch(
         for b in state.batches:
             if b["phase"] == "ingested":
                 continue
-            _ensure_created(client, b, opts, plans_dir, state)
+            _ensure_created(client, b, opts, plans_dir, state, sleep)
             log(f"[plans] polling batch {b['batch_id']} ({len(b['custom_ids'])} requests)")
             bar = _bar(progress, len(b["custom_ids"]), f"batch {b['batch_id'][:20]}")
             try:
@@ -602,7 +705,7 @@ def run_batch(
         pending = [it for it in items if not is_final(rec.cache.get(it.key))]
         if not pending:
             return
-        _submit(client, rec, state, pending, opts, plans_dir)
+        _submit(client, rec, state, pending, opts, plans_dir, sleep)
         log(f"[plans] submitted batch {state.batches[-1]['batch_id']} with {len(pending)} requests")
 
 
@@ -692,14 +795,21 @@ def generate_plans(
     pending = [it for it in unique if not is_final(cache.get(it.key))]
     if pending or unfinished:
         log(f"[plans] {len(pending)} of {len(unique)} plans to request ({opts.backend}, model {opts.model})")
-        if opts.backend == "vllm":
-            run_vllm(pending, rec, opts, progress)
-        else:
-            client = client_factory(opts)
-            if opts.backend == "sync":
-                run_sync(pending, rec, opts, client, progress)
+        try:
+            if opts.backend == "vllm":
+                run_vllm(pending, rec, opts, progress)
             else:
-                run_batch(pending, rec, opts, client, plans_dir, progress, sleep, log)
+                client = client_factory(opts)
+                if opts.backend == "sync":
+                    run_sync(pending, rec, opts, client, progress)
+                else:
+                    run_batch(pending, rec, opts, client, plans_dir, progress, sleep, log)
+        except KeyboardInterrupt:
+            rec.close()
+            saved = sum(is_final(cache.get(it.key)) for it in unique)
+            message = f"interrupted: {saved} saved, re-run to resume"
+            print(message, file=sys.stderr, flush=True)
+            raise PlansInterrupted(message, saved) from None
     rows, total = [], Usage()
     counts = {"ok": 0, "failed": 0, "rejected_attempts": 0, "attempts": 0}
     for it in items:
