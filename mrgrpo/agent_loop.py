@@ -243,6 +243,8 @@ class PlanCodeAgentLoop(AgentLoopBase):
         feedback_max_chars: int = 400,
         feedback_stderr_chars: int = 400,
         sandbox_concurrency: int = 8,
+        sandbox_time_s: float | None = None,
+        sandbox_wall_s: float | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -260,6 +262,10 @@ class PlanCodeAgentLoop(AgentLoopBase):
         self.feedback_max_chars = int(pick("feedback_max_chars", feedback_max_chars))
         self.feedback_stderr_chars = int(pick("feedback_stderr_chars", feedback_stderr_chars))
         self.sandbox_concurrency = int(pick("sandbox_concurrency", sandbox_concurrency))
+        # Per-test limits of the public-test runs (null: mrgrpo.sandbox.Limits defaults; the reward has its own
+        # reward_kwargs time_s / wall_s for the hidden tests).
+        limits = {k: pick(f"sandbox_{k}", v) for k, v in (("time_s", sandbox_time_s), ("wall_s", sandbox_wall_s))}
+        self.sandbox_limits = {k: float(v) for k, v in limits.items() if v is not None}
         if self.min_turn_tokens < 1:
             raise ValueError(f"PlanCodeAgentLoop: min_turn_tokens must be >= 1, got {self.min_turn_tokens}")
         if self.rounds < 0:
@@ -499,7 +505,8 @@ class PlanCodeAgentLoop(AgentLoopBase):
 
     async def _run_sandbox(self, t: Trajectory, tests: TestSet):
         sandbox = _sandbox_module()
-        job = tests.job(t.attempt_code, stop_on_first_failure=True)
+        job = tests.job(t.attempt_code, stop_on_first_failure=True,
+                        limits=sandbox.Limits(**self.sandbox_limits) if self.sandbox_limits else None)
         timing: dict = {}
         with simple_timer("tool_calls", t.metrics), simple_timer("call", timing):
             async with sandbox_semaphore(self.sandbox_concurrency):

@@ -22,7 +22,7 @@ from verl.workers.rollout.replica import TokenOutput
 import mrgrpo.agent_loop as al
 from mrgrpo import prompts
 from mrgrpo.code_extract import extract_code
-from mrgrpo.sandbox import ExecResult, Job, TestResult, Verdict
+from mrgrpo.sandbox import ExecResult, Job, Limits, TestResult, Verdict
 from mrgrpo.testset import TestSet
 
 STATEMENT = "Read n and print n + 1."
@@ -68,6 +68,7 @@ class FakeSandbox:
     and answers with the real result types (so the loop sees exactly the shape the sandbox returns)."""
 
     Job = Job
+    Limits = Limits
 
     def __init__(self, verdicts: dict[str, str], delay: float = 0.0):
         self.verdicts = {extract_code(answer): v for answer, v in verdicts.items()}
@@ -613,3 +614,11 @@ def test_public_verdicts_and_sandbox_times_per_attempt(tiny_tokenizer, sandbox):
     assert ef["public_verdicts"] == ["RE", "NO_CODE", "AC"] and ef["public_pass"] == [False, False, True]
     assert len(ef["sandbox_s"]) == 2 and all(x >= 0 for x in ef["sandbox_s"])  # NO_CODE runs nothing
     assert set(al.EXTRA_FIELD_KEYS) <= set(ef)
+
+
+def test_public_test_limits_come_from_the_config(tiny_tokenizer, sandbox):
+    tok = tiny_tokenizer
+    run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none", sandbox_time_s=1, sandbox_wall_s=2), make_row())
+    run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none"), make_row())
+    assert (sandbox.jobs[0].limits.time_s, sandbox.jobs[0].limits.wall_s) == (1.0, 2.0)
+    assert sandbox.jobs[1].limits == Limits()

@@ -152,3 +152,18 @@ def test_plugin_entry_point_is_cheap_and_silent(repo_root):
     proc = subprocess.run([os.sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["['agent_loop', 'dataset', 'reward']", "False"]
+
+
+def test_synth_profile_composes_and_validates(repo_root, tmp_path):
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    cfg, _ = compose_from(dry_run(repo_root, PROFILE="synth", EXP_DIR=str(tmp_path / "exp")))
+    assert cfg.data.train_files == str(tmp_path / "exp/rl/train.parquet")
+    assert cfg.actor_rollout_ref.model.path == str(tmp_path / "exp/sft_model")
+    assert cfg.actor_rollout_ref.rollout.top_k == -1 and cfg.actor_rollout_ref.rollout.val_kwargs.temperature == 0
+    assert cfg.reward.custom_reward_function.reward_kwargs == {"time_s": 1, "wall_s": 2}
+    assert (cfg.mrgrpo.agent_loop.sandbox_time_s, cfg.mrgrpo.agent_loop.sandbox_wall_s) == (1, 2)
+    assert cfg.data.plan_source == "self"
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))

@@ -193,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sys-prompt", default=None, help="replace the system prompt (as data.adjust_sys_prompt)")
     s.add_argument("--public-tests", type=int, default=1, help="jsonl input: public tests per problem")
     s.set_defaults(func=cmd_sft_data)
+
+    from mrgrpo.learn.experiment import add_parser, cmd_experiment
+
+    add_parser(sub)
+    sub.choices["experiment"].set_defaults(func=cmd_experiment)
     return p
 
 

@@ -4,11 +4,14 @@
 # usage: [VAR=value ...] bash recipe/mrgrpo/run_qwen3_apps.sh [extra hydra overrides ...]
 #   DRY_RUN=1 ...            print the launch command (its last line) and exit 0; needs no GPU, changes nothing
 #   PROFILE=tiny ...         one small GPU: a tiny random Qwen3 built offline, eager vLLM, sdpa, small batches
+#   PROFILE=synth ...        the offline learnability check: synthetic APPS+ problems, a 28M Qwen3 trained from
+#                            scratch (tokenizer, SFT warm start with verl's SFT trainer: sft_synth.sh), then GRPO
+#                            with the unchanged recipe; builds whatever is missing under EXP_DIR
 # Extra arguments are appended to the launch as hydra overrides, so they win over everything below.
 set -euo pipefail
 
 # ---- knobs (environment variables) -------------------------------------------------------------
-PROFILE=${PROFILE:-default}               # default | tiny
+PROFILE=${PROFILE:-default}               # default | tiny | synth
 DRY_RUN=${DRY_RUN:-0}                     # 1: print the launch command and exit
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mrgrpo}   # where prepared data / the tiny model go
 if [[ "$PROFILE" == tiny ]]; then
@@ -22,6 +25,21 @@ if [[ "$PROFILE" == tiny ]]; then
   MICRO_BATCH=${MICRO_BATCH:-2}
   AGENT_WORKERS=${AGENT_WORKERS:-1}
   ROLLOUT_TP=${ROLLOUT_TP:-1}
+elif [[ "$PROFILE" == synth ]]; then
+  EXP_DIR=${EXP_DIR:-$CACHE_DIR/learn_exp}  # python -m mrgrpo.learn experiment --out EXP_DIR (built when missing)
+  MODEL=${MODEL:-$EXP_DIR/sft_model}      # the SFT warm start (recipe/mrgrpo/sft_synth.sh, run when missing)
+  DATA_DIR=${DATA_DIR:-$EXP_DIR/rl}
+  GROUP_SIZE=${GROUP_SIZE:-8}
+  BATCH_SIZE=${BATCH_SIZE:-64}
+  MAX_PROMPT_LEN=${MAX_PROMPT_LEN:-768}
+  MAX_RESPONSE_LEN=${MAX_RESPONSE_LEN:-1024}
+  STEPS=${STEPS:-60}
+  GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.4}
+  MICRO_BATCH=${MICRO_BATCH:-64}
+  AGENT_WORKERS=${AGENT_WORKERS:-8}
+  ROLLOUT_TP=${ROLLOUT_TP:-1}
+  LR=${LR:-5e-5}                          # 28M params from scratch: 5e-5 was stable, 2e-4 collapsed
+  TEST_FREQ=${TEST_FREQ:-10}              # held-out pass@1 (greedy) every TEST_FREQ steps and before training
 elif [[ "$PROFILE" == default ]]; then
   MODEL=${MODEL:-Qwen/Qwen3-0.6B}         # any Qwen3 up to 8B (raise GPUS_PER_NODE / ROLLOUT_TP for 4B-8B)
   GROUP_SIZE=${GROUP_SIZE:-8}
@@ -34,7 +52,7 @@ elif [[ "$PROFILE" == default ]]; then
   AGENT_WORKERS=${AGENT_WORKERS:-8}
   ROLLOUT_TP=${ROLLOUT_TP:-1}
 else
-  echo "run_qwen3_apps.sh: PROFILE must be 'default' or 'tiny', got '$PROFILE'" >&2
+  echo "run_qwen3_apps.sh: PROFILE must be 'default', 'tiny' or 'synth', got '$PROFILE'" >&2
   exit 2
 fi
 DATA_DIR=${DATA_DIR:-}                    # has train.parquet + val.parquet; empty: prepare the bundled sample
@@ -71,6 +89,10 @@ CONFIG_DIR="$SCRIPT_DIR/config"
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 # ---- data and model ----------------------------------------------------------------------------
+if [[ "$PROFILE" == synth && "$DRY_RUN" != 1 && ! -f "$DATA_DIR/train.parquet" ]]; then
+  echo "run_qwen3_apps.sh: building the synthetic learnability data into $EXP_DIR" >&2
+  "$PYTHON" -m mrgrpo.learn experiment --out "$EXP_DIR"
+fi
 if [[ -z "$DATA_DIR" ]]; then
   DATA_DIR="$CACHE_DIR/data/apps_plus_sample"
   if [[ "$DRY_RUN" != 1 && ! -f "$DATA_DIR/train.parquet" ]]; then
@@ -84,6 +106,10 @@ if [[ "$DRY_RUN" != 1 ]]; then
   for f in "$TRAIN_FILE" "$VAL_FILE"; do
     [[ -f "$f" ]] || { echo "run_qwen3_apps.sh: missing data file $f" >&2; exit 2; }
   done
+  if [[ "$PROFILE" == synth && ! -f "$MODEL/config.json" ]]; then
+    echo "run_qwen3_apps.sh: no SFT warm start at $MODEL: running recipe/mrgrpo/sft_synth.sh" >&2
+    EXP_DIR="$EXP_DIR" SFT_MODEL="$MODEL" PYTHON="$PYTHON" bash "$SCRIPT_DIR/sft_synth.sh"
+  fi
   if [[ "$PROFILE" == tiny && ! -f "$MODEL/config.json" ]]; then
     echo "run_qwen3_apps.sh: building the tiny random Qwen3 into $MODEL" >&2
     "$PYTHON" -m mrgrpo.testing.tiny "$MODEL"
@@ -95,7 +121,7 @@ export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
 export PYTHONUNBUFFERED=1
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 export RAY_USAGE_STATS_ENABLED=${RAY_USAGE_STATS_ENABLED:-0}
-if [[ "$PROFILE" == tiny ]]; then
+if [[ "$PROFILE" == tiny || "$PROFILE" == synth ]]; then
   # The GPU kit has no flashinfer and no network.
   export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
   export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}
@@ -135,7 +161,8 @@ ARGS=(
 if [[ -n "$SYS_PROMPT_FILE" ]]; then
   ARGS+=(data.adjust_sys_prompt="$SYS_PROMPT_FILE")
 fi
-if [[ "$PROFILE" == tiny ]]; then
+if [[ "$PROFILE" == tiny || "$PROFILE" == synth ]]; then
+  # Small models on a machine without flash-attn: sdpa, eager vLLM, no torch.compile.
   ARGS+=(
     actor_rollout_ref.model.use_remove_padding=False
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa
@@ -143,10 +170,33 @@ if [[ "$PROFILE" == tiny ]]; then
     actor_rollout_ref.actor.use_torch_compile=False
     actor_rollout_ref.actor.fsdp_config.use_torch_compile=False
     actor_rollout_ref.rollout.enforce_eager=True
+    transfer_queue.backend.SimpleStorage.num_data_storage_units=2
+  )
+fi
+if [[ "$PROFILE" == synth ]]; then
+  ARGS+=(
+    # True sampling at T=1 (no top-k / top-p cut) for training; greedy held-out pass@1 for validation.
+    actor_rollout_ref.rollout.temperature=1.0
+    actor_rollout_ref.rollout.top_k=-1
+    actor_rollout_ref.rollout.top_p=1.0
+    actor_rollout_ref.rollout.val_kwargs.temperature=0
+    actor_rollout_ref.rollout.val_kwargs.n=1
+    # Synthetic programs need milliseconds: 1 CPU-s / 2 wall-s per test (the sandbox default is 4 / 8).
+    mrgrpo.agent_loop.sandbox_time_s=1
+    mrgrpo.agent_loop.sandbox_wall_s=2
+    +reward.custom_reward_function.reward_kwargs.time_s=1
+    +reward.custom_reward_function.reward_kwargs.wall_s=2
+    actor_rollout_ref.actor.optim.lr_warmup_steps=5
+    trainer.val_before_train=True
+    trainer.test_freq="$TEST_FREQ"
+    trainer.save_freq=-1
+  )
+fi
+if [[ "$PROFILE" == tiny ]]; then
+  ARGS+=(
     reward.num_workers=1
     data.dataloader_num_workers=0
     mrgrpo.agent_loop.sandbox_concurrency=2
-    transfer_queue.backend.SimpleStorage.num_data_storage_units=2
     trainer.val_before_train=False
     trainer.test_freq=-1
     trainer.save_freq=-1
