@@ -1,12 +1,19 @@
 """Benchmark: mrgrpo's reward vs verl's default APPS scorer (`prime_code.compute_score`, continuous=True).
 
-    .venv/bin/python benchmarks/bench_reward.py [--workers N] [--problems N] [--leaks 10000] [--skip-verl]
+    .venv/bin/python benchmarks/bench_reward.py [--workers 2,16] [--problems N] [--repeat N]
+        [--max-program-cpu S] [--leaks 10000] [--skip-verl]
 
 The batch: for each valid problem of the bundled APPS+ sample, its canonical solution (expected: pass) and wrong
 variants (expected: fail): an extra output line / a wrong return value, no output, a crash, a syntax error, and a
 hostile program that searches its process for the expected outputs. Both judges get the same fenced responses
 and the same number of parallel workers (mrgrpo: threads over its sandbox pool; verl: a ProcessPoolExecutor,
 as its prime reward manager uses). Latency is measured inside the worker, per submission.
+
+What a user pays: CPU-seconds per judged submission, all processes (the judge, its workers, the programs; warm-up
+of the worker processes excluded), and the floor: the CPU the programs themselves used (mrgrpo's per-test CPU,
+from the slot cgroup where there is one). `--max-program-cpu S` drops the problems whose canonical solution needs
+more than S CPU-seconds (measured first) and `--repeat N` repeats the batch, so that the batch's wall time is set
+by throughput rather than by one slow program (the table shows the slowest submission as a share of the wall).
 """
 
 from __future__ import annotations
@@ -107,10 +114,67 @@ def _verl_one(item: dict) -> tuple[bool, str, float]:
     return passed, "pass" if passed else "fail", time.perf_counter() - start
 
 
+_program_cpu = [0.0, 0]  # CPU seconds of the programs' tests, number of tests that ran
+_program_cpu_lock = __import__("threading").Lock()
+
+
+def _count_program_cpu() -> None:
+    """Wrap the reward's sandbox call to add up the CPU of every test (the floor)."""
+    import mrgrpo.reward as reward
+
+    if getattr(reward.run, "_bench_wrapped", False):
+        return
+    real = reward.run
+
+    def run(job):
+        result = real(job)
+        with _program_cpu_lock:
+            _program_cpu[0] += sum(t.time_s for t in result.tests)
+            _program_cpu[1] += len(result.tests)
+        return result
+
+    run._bench_wrapped = True
+    reward.run = run
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds of a live process and of its children that it has reaped (utime+stime+cutime+cstime), plus
+    those of its live descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += sum(int(x) for x in fields[11:15]) / tick
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return total
+    return total + sum(_proc_cpu(c) for c in children)
+
+
+def _own_cpu() -> float:
+    import resource
+
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def _live_children() -> list[int]:
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
 def run_judge(name: str, batch: list[dict], workers: int) -> dict:
     if name == "mrgrpo":
-        from mrgrpo.sandbox import Job, run_batch
+        from mrgrpo.sandbox import Job, run_batch, shutdown
 
+        _count_program_cpu()
+        shutdown()
         run_batch([Job(code="print(1)", inputs=[""], outputs=["1"])] * workers, workers=workers)  # warm the pool
         executor = ThreadPoolExecutor(workers)
         fn = _mrgrpo_one
@@ -118,10 +182,17 @@ def run_judge(name: str, batch: list[dict], workers: int) -> dict:
         executor = ProcessPoolExecutor(workers)
         list(executor.map(_verl_one, batch[:workers]))  # warm the processes (imports)
         fn = _verl_one
+    # CPU of everything from here on: ours, and our children's once reaped, minus what the live (warmed-up)
+    # children had already used.
+    cpu0 = _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
+    _program_cpu[:] = [0.0, 0]
     start = time.perf_counter()
     with executor:
         results = list(executor.map(fn, batch))
     wall = time.perf_counter() - start
+    if name == "mrgrpo":
+        shutdown()  # the workers exit and are reaped: their CPU (and their tests') lands in RUSAGE_CHILDREN
+    cpu = _own_cpu() - cpu0
     latencies = sorted(r[2] for r in results)
     agree = sum(r[0] == item["should_pass"] for r, item in zip(results, batch, strict=True))
     false_pass = sum(r[0] and not item["should_pass"] for r, item in zip(results, batch, strict=True))
@@ -132,27 +203,41 @@ def run_judge(name: str, batch: list[dict], workers: int) -> dict:
         by_kind[item["kind"]][0] += r[0] == item["should_pass"]
         by_kind[item["kind"]][1] += 1
     return {"name": name, "wall": wall, "n": len(batch), "tests": sum(i["num_tests"] for i in batch),
+            "workers": workers, "cpu": cpu, "floor": _program_cpu[0] if name == "mrgrpo" else None,
+            "tests_run": _program_cpu[1] if name == "mrgrpo" else None,
+            "max_latency": latencies[-1],
             "p50": statistics.median(latencies), "p99": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
             "agree": agree, "false_pass": false_pass, "false_fail": false_fail, "by_kind": by_kind,
             "verdicts": [r[1] for r in results]}
 
 
-def overhead(workers: int) -> list[tuple[str, float]]:
-    """ms per test for trivial programs: the sandbox's own cost."""
-    from mrgrpo.sandbox import Job, run, run_batch
+def overhead(workers: int, serial: bool = True) -> list[tuple[str, str]]:
+    """Per test, trivial programs: the sandbox's own cost (wall, and CPU of all processes)."""
+    from mrgrpo.sandbox import Job, run, run_batch, shutdown
 
     rows = []
     n = 400
     job = Job(code="print(input())", inputs=["x"] * n, outputs=["x"] * n)
-    run(job)
-    start = time.perf_counter()
-    run(job)
-    rows.append(("1 slot, 400 tests of print(input()) in one job", (time.perf_counter() - start) / n * 1e3))
+    if serial:
+        shutdown()
+        run(job)
+        cpu0 = _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
+        start = time.perf_counter()
+        result = run(job)
+        wall = time.perf_counter() - start
+        shutdown()
+        cpu = _own_cpu() - cpu0
+        program = sum(t.time_s for t in result.tests)
+        rows.append(("1 slot, 400 tests of print(input()) in one job, serial: wall per test",
+                     f"{wall / n * 1e3:.2f} ms"))
+        rows.append(("same, CPU per test of all processes / of which the program itself",
+                     f"{cpu / n * 1e3:.2f} ms / {program / n * 1e3:.2f} ms"))
     jobs = [Job(code="print(input())", inputs=["x"] * 20, outputs=["x"] * 20) for _ in range(40 * workers)]
+    run_batch(jobs[:workers], workers=workers)
     start = time.perf_counter()
     run_batch(jobs, workers=workers)
-    rows.append((f"{workers} slots, {len(jobs)} jobs x 20 tests (wall per test)",
-                 (time.perf_counter() - start) / (20 * len(jobs)) * 1e3))
+    rows.append((f"{workers} slots, {len(jobs)} jobs x 20 tests: wall per test",
+                 f"{(time.perf_counter() - start) / (20 * len(jobs)) * 1e3:.2f} ms"))
     return rows
 
 
@@ -188,42 +273,82 @@ def leak_check(n: int, workers: int) -> dict:
             "workers_alive_during": during, "before": before, "after": after}
 
 
+def heavy_problems(batch: list[dict], max_cpu: float, workers: int) -> set[str]:
+    """Problems whose canonical solution needs more than `max_cpu` CPU-seconds (all its tests) in mrgrpo."""
+    _count_program_cpu()
+    heavy = set()
+    for item in batch:
+        if item["kind"] != "canonical":
+            continue
+        _program_cpu[:] = [0.0, 0]
+        _mrgrpo_one(item)
+        if _program_cpu[0] > max_cpu:
+            heavy.add(item["id"])
+    return heavy
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--workers", default=str(os.cpu_count()), help="comma-separated slot counts, e.g. 2,16")
     ap.add_argument("--problems", type=int, default=None, help="use only the first N problems")
+    ap.add_argument("--repeat", type=int, default=1, help="repeat the batch N times (sustained throughput)")
+    ap.add_argument("--max-program-cpu", type=float, default=None,
+                    help="drop problems whose canonical solution needs more CPU-seconds than this")
     ap.add_argument("--skip-verl", action="store_true")
     ap.add_argument("--leaks", type=int, default=0, help="also run N trivial executions and check for leftovers")
     args = ap.parse_args(argv)
+    worker_counts = [int(w) for w in str(args.workers).split(",")]
 
     batch = build_batch(args.problems)
+    if args.max_program_cpu is not None:
+        heavy = heavy_problems(batch, args.max_program_cpu, max(worker_counts))
+        batch = [i for i in batch if i["id"] not in heavy]
+        print(f"dropped {len(heavy)} problems whose canonical solution needs > {args.max_program_cpu} CPU-s: "
+              f"{sorted(heavy)}")
+    batch = batch * args.repeat
     print(f"batch: {len(batch)} submissions ({sum(i['should_pass'] for i in batch)} should pass), "
-          f"{sum(i['num_tests'] for i in batch)} tests, {args.workers} workers, {os.cpu_count()} CPUs", flush=True)
-    stats = [run_judge("mrgrpo", batch, args.workers)]
-    if not args.skip_verl:
-        stats.append(run_judge("verl prime_code", batch, args.workers))
-    print("\n| judge | submissions/s | tests/s | p50 latency | p99 latency | agreement | false passes | "
+          f"{sum(i['num_tests'] for i in batch)} tests; slots {worker_counts}; {os.cpu_count()} CPUs", flush=True)
+    stats = []
+    for workers in worker_counts:
+        stats.append(run_judge("mrgrpo", batch, workers))
+        if not args.skip_verl:
+            stats.append(run_judge("verl prime_code", batch, workers))
+    print("\n| judge | slots | submissions/s | CPU-s per submission | floor (programs) per submission | "
+          "overhead CPU per test run | p50 latency | p99 latency | slowest / wall | agreement | false passes | "
           "false fails | wall |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in stats:
-        print(f"| {s['name']} | {s['n'] / s['wall']:.1f} | {s['tests'] / s['wall']:.1f} | {s['p50'] * 1e3:.0f} ms | "
-              f"{s['p99'] * 1e3:.0f} ms | {s['agree'] / s['n']:.1%} ({s['agree']}/{s['n']}) | {s['false_pass']} | "
-              f"{s['false_fail']} | {s['wall']:.1f} s |")
-    if len(stats) == 2:
-        print(f"\nspeed ratio (mrgrpo / verl prime_code, submissions/s): {stats[1]['wall'] / stats[0]['wall']:.1f}x")
-    print("\nagreement with the expected pass/fail, by variant:")
-    print("| variant | " + " | ".join(s["name"] for s in stats) + " |")
-    print("|---|" + "---|" * len(stats))
-    for kind in stats[0]["by_kind"]:
-        print(f"| {kind} | " + " | ".join(f"{s['by_kind'][kind][0]}/{s['by_kind'][kind][1]}" for s in stats) + " |")
+        floor = f"{s['floor'] / s['n'] * 1e3:.1f} ms" if s["floor"] is not None else "-"
+        over = f"{(s['cpu'] - s['floor']) / s['tests_run'] * 1e3:.2f} ms" if s["floor"] is not None else "-"
+        print(f"| {s['name']} | {s['workers']} | {s['n'] / s['wall']:.1f} | {s['cpu'] / s['n'] * 1e3:.1f} ms | "
+              f"{floor} | {over} | {s['p50'] * 1e3:.0f} ms | {s['p99'] * 1e3:.0f} ms | "
+              f"{s['max_latency'] / s['wall']:.1%} | {s['agree'] / s['n']:.1%} ({s['agree']}/{s['n']}) | "
+              f"{s['false_pass']} | {s['false_fail']} | {s['wall']:.1f} s |")
+    mine = [s for s in stats if s["name"] == "mrgrpo"]
+    if len(mine) >= 2:
+        lo, hi = mine[0], mine[-1]
+        scale = (hi["n"] / hi["wall"]) / (lo["n"] / lo["wall"]) / (hi["workers"] / lo["workers"])
+        print(f"\nmrgrpo scaling {lo['workers']} -> {hi['workers']} slots: {scale:.2f} of linear")
+    for workers in worker_counts:
+        pair = [s for s in stats if s["workers"] == workers]
+        if len(pair) == 2:
+            print(f"{workers} slots: CPU per submission verl / mrgrpo = {pair[1]['cpu'] / pair[0]['cpu']:.1f}x; "
+                  f"submissions/s mrgrpo / verl = {pair[1]['wall'] / pair[0]['wall']:.1f}x")
+    print("\nagreement with the expected pass/fail, by variant (first slot count):")
+    first = [s for s in stats if s["workers"] == worker_counts[0]]
+    print("| variant | " + " | ".join(s["name"] for s in first) + " |")
+    print("|---|" + "---|" * len(first))
+    for kind in first[0]["by_kind"]:
+        print(f"| {kind} | " + " | ".join(f"{s['by_kind'][kind][0]}/{s['by_kind'][kind][1]}" for s in first) + " |")
     from collections import Counter
 
     print("\nmrgrpo verdicts:", dict(Counter(stats[0]["verdicts"])))
     print("\nper-test overhead (trivial program):")
-    for label, ms in overhead(args.workers):
-        print(f"| {label} | {ms:.2f} ms |")
+    for i, workers in enumerate(worker_counts):
+        for label, value in overhead(workers, serial=i == 0):
+            print(f"| {label} | {value} |")
     if args.leaks:
-        print("\nleak check:", json.dumps(leak_check(args.leaks, args.workers)))
+        print("\nleak check:", json.dumps(leak_check(args.leaks, worker_counts[-1])))
     return 0
 
 

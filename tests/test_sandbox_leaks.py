@@ -1,4 +1,5 @@
-"""Nothing is left behind: processes, files, descriptors. A short check always; 10,000 executions as `slow`."""
+"""Nothing is left behind: processes, files, descriptors, SysV IPC objects, kernel keys, processes of sandbox uids,
+slot cgroups. A short check always; 10,000 executions as `slow`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,48 @@ MIX = [
     ("open('f', 'w').write('x' * 1000)\nprint(input())", Verdict.AC),
     ("while True: pass", Verdict.TLE),
 ]
+# Tries to leave state in the kernel: SysV shared memory, a semaphore, a message queue, a key in its user keyring.
+STATE = ("""import ctypes, platform
+libc = ctypes.CDLL(None)
+libc.syscall.restype = ctypes.c_long
+for make in (libc.shmget, libc.semget, libc.msgget):
+    make(0, 1, 0o1666)
+nr = {"x86_64": 248, "aarch64": 217}.get(platform.machine())
+if nr:
+    libc.syscall(nr, b"user", b"leak", b"x", 1, -4)
+print(input())""", Verdict.AC)
+_SANDBOX_UIDS = range(1_000_000_000, 2_000_000_000)
+
+
+def _sysv_objects() -> set[tuple[str, str]]:
+    out = set()
+    for kind in ("shm", "sem", "msg"):
+        with open(f"/proc/sysvipc/{kind}") as f:
+            out |= {(kind, line.split()[1]) for line in f.read().splitlines()[1:] if line.strip()}
+    return out
+
+
+def _key_users() -> set[int]:
+    """Uids of the sandbox range that own kernel keys."""
+    try:
+        with open("/proc/key-users") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    return {int(line.split(":")[0]) for line in lines if int(line.split(":")[0]) in _SANDBOX_UIDS}
+
+
+def _processes_of(uids: set[int]) -> list[int]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uid_line = next(line for line in f if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(uid_line.split()[1]) in uids:
+            out.append(int(pid))
+    return out
 
 
 def _children() -> set[int]:
@@ -48,17 +91,26 @@ def _open_fds() -> set[tuple[str, str]]:
 def _check_no_leaks(n_jobs: int) -> None:
     shutdown()
     fds_before, children_before = _open_fds(), _children()
+    sysv_before, keys_before = _sysv_objects(), _key_users()
     fast = Limits(time_s=1, wall_s=2)
     jobs, expected = [], []
     for i in range(n_jobs):
-        code, verdict = MIX[i % len(MIX)] if i % 50 == 5 else MIX[i % 5]
+        code, verdict = MIX[i % len(MIX)] if i % 50 == 5 else STATE if i % 50 == 17 else MIX[i % 5]
         jobs.append(Job(code=code, inputs=[f"x{i}\n"], outputs=[f"x{i}\n"], limits=fast))
         expected.append(verdict)
     results = run_batch(jobs)
     assert [r.verdict for r in results] == expected
-    base_dir = pool_mod.get_pool().base_dir
+    pool = pool_mod.get_pool()
+    base_dir = pool.base_dir
     assert os.path.isdir(base_dir)
+    uids = [slot.uid for slot in pool._slots if slot.uid is not None]
+    assert len(uids) == len(set(uids))  # every slot its own uid
+    cgroup_dirs = [d for slot in pool._slots if slot.cgroup is not None for d in slot.cgroup.dirs]
     shutdown()
+    assert _sysv_objects() <= sysv_before  # nothing created in the host's IPC namespace
+    assert _key_users() <= keys_before  # no sandbox uid owns a kernel key
+    assert _processes_of(set(uids)) == []  # no process left under our slots' uids
+    assert not [d for d in cgroup_dirs if os.path.exists(d)]  # slot cgroups removed
     assert _children() == children_before
     assert _open_fds() <= fds_before  # no descriptor the sandbox opened is still open
     assert not os.path.exists(base_dir)  # slot directories (tmpfs mount points) and test directories are gone

@@ -33,6 +33,9 @@ CASES = {
     "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", "", "x\n"),
     "memory_flood": ("x = bytearray(4 << 30)\nprint(1)", "", "1\n"),
 }
+_SYSV_PROBE = ("import ctypes\nlibc = ctypes.CDLL(None)\nif libc.shmget(0x4D5248, 4096, 0) >= 0:\n    print('found')\n"
+               "else:\n    libc.shmget(0x4D5248, 4096, 0o1666)\n    print('none')", "", "none\n")
+CASES["sysv_first"] = CASES["sysv_second"] = _SYSV_PROBE  # the second run must not find the first one's segment
 
 SCRIPT = """
 import json, sys
@@ -43,6 +46,8 @@ out = {{}}
 for name, (code, stdin, expected) in cases.items():
     r = run(Job(code=code, inputs=[stdin], outputs=[expected], limits=Limits(time_s=2, wall_s=4)))
     out[name] = r.verdict.value
+from mrgrpo.sandbox.pool import get_pool
+out["_layers"] = get_pool()._slots[0].layers
 print("RESULT " + json.dumps(out))
 """
 
@@ -102,3 +107,13 @@ def test_fork_bomb_contained_unprivileged(verdicts):
 
 def test_memory_flood_contained_unprivileged(verdicts):
     assert verdicts[0]["memory_flood"] == "MLE"
+
+
+def test_sysv_ipc_does_not_survive_a_test_unprivileged(verdicts):
+    assert verdicts[0]["sysv_first"] == verdicts[0]["sysv_second"] == "AC"
+
+
+def test_round_two_layers_hold_unprivileged(verdicts):
+    layers = verdicts[0]["_layers"]
+    assert layers["user_ns"] and layers["ipc_ns"] and layers["minimal_root"], layers
+    assert layers["seccomp"] or os.uname().machine not in ("x86_64", "aarch64"), layers

@@ -15,6 +15,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -238,3 +239,500 @@ ALL_FS_RIGHTS = (1 << 16) - 1
 def rights_for(is_dir: bool, rights: int) -> int:
     return rights if is_dir else rights & _LL_FILE_RIGHTS
 
+
+
+# ---------------------------------------------------------------- cgroups (one per slot)
+
+
+def _cgroup_mounts() -> tuple[str | None, dict[str, tuple[str, str]]]:
+    """(cgroup2 mount point or None, {v1 controller: (mount point, mount root)}) from /proc/self/mountinfo."""
+    v2, v1 = None, {}
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None, {}
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(fields) < 5 or len(rfields) < 3:
+            continue
+        root, mountpoint, fstype = fields[3], fields[4], rfields[0]
+        if fstype == "cgroup2" and v2 is None and root == "/":
+            v2 = mountpoint
+        elif fstype == "cgroup":
+            for opt in rfields[2].split(","):
+                if opt in ("cpuacct", "memory") and opt not in v1:
+                    v1[opt] = (mountpoint, root)
+    return v2, v1
+
+
+def _own_cgroups() -> dict[str, str]:
+    """{"": v2 path, controller: v1 path} of this process (/proc/self/cgroup)."""
+    out = {}
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f.read().splitlines():
+                parts = line.split(":", 2)
+                if len(parts) == 3:
+                    for c in parts[1].split(",") if parts[1] else [""]:
+                        out[c] = parts[2]
+    except OSError:
+        pass
+    return out
+
+
+def _under(mountpoint: str, mount_root: str, path: str) -> str | None:
+    if mount_root != "/" and not (path == mount_root or path.startswith(mount_root + "/")):
+        return None
+    rel = path[len(mount_root):] if mount_root != "/" else path
+    return os.path.join(mountpoint, rel.lstrip("/"))
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+class SlotCgroup:
+    """The cgroup(s) of one sandbox slot: CPU accounting (v2 `cpu.stat` or v1 `cpuacct`) and a memory limit
+    (v2 `memory.max` or v1 `memory.limit_in_bytes`), created under this process's own cgroups (v2: or under
+    `v2_parent`, a cgroup prepared so that it may enable the memory controller for its children).
+
+    Only test processes join it (the zygote stays outside), so its counters between two reads are exactly what
+    the processes of one test used, including children still alive when the test's PID 1 exited.
+    """
+
+    def __init__(self, name: str, disable: tuple[str, ...] = (), v2_parent: str | None = None):
+        self.dirs: list[str] = []  # created, removed by remove()
+        self.procs: list[str] = []  # cgroup.procs files a test process writes "0" to
+        self.cpu: tuple[str, str] | None = None  # (file, "v2" | "v1")
+        self.mem: tuple[str, str] | None = None  # (directory, "v2" | "v1")
+        self.errors: list[str] = []
+        v2, v1 = _cgroup_mounts()
+        own = _own_cgroups()
+        v2_dir = None
+        if v2 and ("" in own or v2_parent) and "cgroup_v2" not in disable:
+            # cgroup v2 enables a controller for children only in a cgroup without processes of its own; ours
+            # usually has some, so memory limits need a parent prepared for us (MRGRPO_SANDBOX_CGROUP_PARENT).
+            base = v2_parent or _under(v2, "/", own[""])
+            try:
+                v2_dir = self._make(base, name)
+                self.cpu = (os.path.join(v2_dir, "cpu.stat"), "v2")
+                if "memory" in self._controllers(base):
+                    try:
+                        _write(os.path.join(base, "cgroup.subtree_control"), "+memory")
+                    except OSError:
+                        pass
+                    if os.path.exists(os.path.join(v2_dir, "memory.max")):
+                        self.mem = (v2_dir, "v2")
+            except OSError as exc:
+                self.errors.append(f"cgroup v2: {exc}")
+        if "cgroup_v1" not in disable:
+            for controller in ("cpuacct", "memory"):
+                if (controller == "cpuacct" and self.cpu) or (controller == "memory" and self.mem):
+                    continue
+                if controller not in v1 or controller not in own:
+                    continue
+                base = _under(v1[controller][0], v1[controller][1], own[controller])
+                try:
+                    d = self._make(base, name)
+                except OSError as exc:
+                    self.errors.append(f"cgroup v1 {controller}: {exc}")
+                    continue
+                if controller == "cpuacct":
+                    self.cpu = (os.path.join(d, "cpuacct.usage"), "v1")
+                else:
+                    self.mem = (d, "v1")
+
+    @staticmethod
+    def _controllers(base: str) -> list[str]:
+        try:
+            with open(os.path.join(base, "cgroup.controllers")) as f:
+                return f.read().split()
+        except OSError:
+            return []
+
+    def _make(self, base: str | None, name: str) -> str:
+        if base is None or not os.path.isdir(base):
+            raise OSError(2, f"no cgroup directory {base}")
+        d = os.path.join(base, name)
+        try:
+            os.mkdir(d)
+        except FileExistsError:  # left by a slot that held the same lease and was killed: empty, reuse it
+            pass
+        self.dirs.append(d)
+        procs = os.path.join(d, "cgroup.procs")
+        if not os.access(procs, os.W_OK):
+            raise OSError(13, f"cannot write {procs}")
+        self.procs.append(procs)
+        return d
+
+    def config(self) -> dict:
+        return {"procs": list(self.procs), "cpu": self.cpu, "mem": self.mem}
+
+    def remove(self) -> bool:
+        """rmdir every directory (they are empty once the slot's processes are gone); True when all are gone."""
+        ok = True
+        for d in reversed(self.dirs):
+            try:
+                os.rmdir(d)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                ok = False
+        return ok
+
+
+def private_slot_cgroup(mountpoint: str, name: str) -> tuple[dict, tuple[int, str]]:
+    """Mount cgroup2 at `mountpoint` (call in a private mount namespace) and make the slot cgroup `name` under
+    this process's cgroup there. Returns (SlotCgroup config, (descriptor of its parent directory, name))."""
+    os.makedirs(mountpoint, exist_ok=True)
+    mount("cgroup2", mountpoint, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    own = _own_cgroups().get("")
+    base = _under(mountpoint, "/", own) if own else mountpoint
+    cg = SlotCgroup(name, disable=("cgroup_v1",), v2_parent=base)
+    if cg.cpu is None:
+        raise OSError(2, f"no cgroup v2 CPU accounting under {base}: {'; '.join(cg.errors)}")
+    return cg.config(), (os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), name)
+
+
+class CgroupHandle:
+    """The zygote's side of a SlotCgroup: descriptors for joining and reading, opened once."""
+
+    def __init__(self, cfg: dict):
+        self.procs_fds = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in cfg["procs"]]
+        self.cpu_kind = cfg["cpu"][1] if cfg["cpu"] else None
+        self.cpu_fd = os.open(cfg["cpu"][0], os.O_RDONLY | os.O_CLOEXEC) if cfg["cpu"] else None
+        self.mem_kind = cfg["mem"][1] if cfg["mem"] else None
+        self.mem_limit = None
+        self.mem_fds: dict[str, int] = {}
+        if cfg["mem"]:
+            d = cfg["mem"][0]
+            if self.mem_kind == "v2":
+                names = (("limit", "memory.max"), ("swap", "memory.swap.max"), ("events", "memory.events"))
+            else:
+                names = (("limit", "memory.limit_in_bytes"), ("swap", "memory.memsw.limit_in_bytes"),
+                         ("events", "memory.oom_control"))
+            for key, fname in names:
+                path = os.path.join(d, fname)
+                if os.path.exists(path):
+                    mode = os.O_RDONLY if key == "events" else os.O_RDWR
+                    self.mem_fds[key] = os.open(path, mode | os.O_CLOEXEC)
+
+    def join(self) -> None:
+        """In a test process, before it drops privileges: move it (and so all its future children) in."""
+        for fd in self.procs_fds:
+            os.write(fd, b"0")
+
+    @staticmethod
+    def _read(fd: int) -> str:
+        return os.pread(fd, 4096, 0).decode()
+
+    def cpu_ns(self) -> int | None:
+        if self.cpu_fd is None:
+            return None
+        text = self._read(self.cpu_fd)
+        if self.cpu_kind == "v1":
+            return int(text)
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) * 1000
+        return None
+
+    def oom_kills(self) -> int:
+        fd = self.mem_fds.get("events")
+        if fd is None:
+            return 0
+        for line in self._read(fd).splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def set_memory(self, limit: int) -> None:
+        if self.mem_limit == limit or "limit" not in self.mem_fds:
+            return
+        if self.mem_kind == "v2":
+            os.pwrite(self.mem_fds["limit"], str(limit).encode(), 0)
+            if "swap" in self.mem_fds:
+                os.pwrite(self.mem_fds["swap"], b"0", 0)
+        else:  # v1: memsw (memory + swap) must stay >= the memory limit; one of the two orders works
+            value = str(limit).encode()
+            for key in ("swap", "limit", "swap"):
+                if key in self.mem_fds:
+                    try:
+                        os.pwrite(self.mem_fds[key], value, 0)
+                    except OSError:
+                        if key == "limit":
+                            raise
+        self.mem_limit = limit
+
+
+# ---------------------------------------------------------------- seccomp
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_SECCOMP_RET_ALLOW = 0x7FFF0000
+_SECCOMP_RET_ERRNO = 0x00050000
+_BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGE, _BPF_RET = 0x20, 0x15, 0x35, 0x06
+_AF_UNIX = 1
+# (audit arch, add_key, request_key, keyctl, socket, x32 bit or 0)
+_SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, 248, 249, 250, 41, 0x40000000),
+    "aarch64": (0xC00000B7, 217, 218, 219, 198, 0),
+}
+
+
+def seccomp_available() -> bool:
+    return os.uname().machine in _SECCOMP_ARCH
+
+
+def seccomp_deny_keys_and_unix_sockets() -> None:
+    """Install a seccomp filter: the kernel keyring calls (add_key, request_key, keyctl: keys of a uid outlive its
+    processes) and `socket(AF_UNIX, ...)` (a pathname socket would reach host services; `socketpair` stays
+    allowed) fail with EPERM; so does every call through a foreign ABI (32-bit or x32 entry on x86_64), whose
+    numbers the filter would otherwise misread. Needs no_new_privs (set by landlock_restrict, or here)."""
+    arch, add_key, request_key, keyctl, sock, x32 = _SECCOMP_ARCH[os.uname().machine]
+    deny = _SECCOMP_RET_ERRNO | 1  # EPERM
+    prog = [(_BPF_LD_W_ABS, 0, 0, 4),  # arch
+            (_BPF_JEQ, 1, 0, arch),
+            (_BPF_RET, 0, 0, deny),
+            (_BPF_LD_W_ABS, 0, 0, 0)]  # syscall number
+    if x32:
+        prog += [(_BPF_JGE, 0, 1, x32), (_BPF_RET, 0, 0, deny)]
+    # Then: [add_key][request_key][keyctl][socket?][load args[0]][AF_UNIX?][allow][deny]; a jump skips jt/jf.
+    prog += [(_BPF_JEQ, 6, 0, add_key),
+             (_BPF_JEQ, 5, 0, request_key),
+             (_BPF_JEQ, 4, 0, keyctl),
+             (_BPF_JEQ, 0, 2, sock),
+             (_BPF_LD_W_ABS, 0, 0, 16),  # args[0] (domain), low 32 bits (little endian)
+             (_BPF_JEQ, 1, 0, _AF_UNIX),
+             (_BPF_RET, 0, 0, _SECCOMP_RET_ALLOW),
+             (_BPF_RET, 0, 0, deny)]
+    filters = (_SockFilter * len(prog))(*(_SockFilter(*ins) for ins in prog))
+    fprog = _SockFprog(len(prog), filters)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _check(_libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+                       ctypes.cast(ctypes.byref(fprog), ctypes.c_void_p), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+           "seccomp")
+
+
+# ---------------------------------------------------------------- removal that cannot fail
+
+
+def remove_tree(path: str, max_steps: int = 1_000_000) -> bool:
+    """Remove `path` and everything under it without recursion (any depth), one descriptor at a time, and
+    without raising: True when it is gone. Meant for directories whose writers are all dead (a test's)."""
+    import stat as _stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if not _stat.S_ISDIR(st.st_mode):
+        try:
+            os.unlink(path)
+        except OSError:
+            return False
+        return True
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    names: list[str] = []  # path from `path` down to the directory `fd` is
+    stuck: set[tuple[int, int]] = set()  # directories that could not be emptied: never entered again
+    steps = 0
+    try:
+        while steps < max_steps:
+            steps += 1
+            entered = False
+            try:
+                entries = os.listdir(fd)
+            except OSError:
+                entries = []
+            for name in entries:
+                steps += 1
+                try:
+                    os.unlink(name, dir_fd=fd)
+                    continue
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    pass
+                try:
+                    os.rmdir(name, dir_fd=fd)
+                    continue
+                except OSError:
+                    pass
+                try:
+                    child = os.open(name, flags, dir_fd=fd)
+                except OSError:
+                    continue
+                cst = os.fstat(child)
+                if (cst.st_dev, cst.st_ino) in stuck:
+                    os.close(child)
+                    continue
+                try:
+                    os.fchmod(child, 0o700)
+                except OSError:
+                    pass
+                os.close(fd)
+                fd, entered = child, True
+                names.append(name)
+                break
+            if entered:
+                continue
+            if not names:
+                break
+            here = os.fstat(fd)
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            name = names.pop()
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except OSError:
+                stuck.add((here.st_dev, here.st_ino))
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- a minimal file tree (mount namespace)
+
+MS_REMOUNT = 32
+MS_BIND = 4096
+_SYS_pivot_root = {"x86_64": 155, "aarch64": 41}
+# statvfs f_flag bits -> mount flags a read-only bind remount must keep (they may be locked in a user namespace)
+_ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: 1024, 2048: 2048, 4096: 1 << 21}
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    nr = _SYS_pivot_root.get(os.uname().machine)
+    if nr is None:
+        raise OSError(38, "pivot_root: unknown architecture")
+    _check(_libc.syscall(ctypes.c_long(nr), new_root.encode(), put_old.encode()), "pivot_root")
+
+
+def _mirror(root: str, path: str, depth: int = 0) -> str:
+    """Create under `root` the directories and symlinks (same link text) on the way to host `path`; return the
+    host path of what `path` finally names, with no symlink left in it."""
+    if depth > 40:
+        raise OSError(40, f"too many symlinks under {path}")
+    parts = [p for p in path.split("/") if p]
+    host = "/"
+    for i, part in enumerate(parts):
+        nxt = os.path.join(host, part)
+        inside = root + nxt
+        if os.path.islink(nxt):
+            target = os.readlink(nxt)
+            if not os.path.lexists(inside):
+                os.symlink(target, inside)
+            resolved = os.path.normpath(target if target.startswith("/") else os.path.join(host, target))
+            rest = "/".join(parts[i + 1:])
+            return _mirror(root, os.path.join(resolved, rest) if rest else resolved, depth + 1)
+        if i < len(parts) - 1 and not os.path.isdir(inside):
+            os.mkdir(inside, 0o755)
+        host = nxt
+    return host
+
+
+def _bind(source: str, target: str, read_only: bool) -> None:
+    mount(source, target, None, MS_BIND | MS_REC)
+    if read_only:
+        keep = 0
+        st = os.statvfs(source)
+        for bit, flag in _ST_TO_MS.items():
+            if st.f_flag & bit:
+                keep |= flag
+        try:
+            mount("none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+        except OSError:
+            pass  # stays writable: Landlock still denies writes
+
+
+def enter_minimal_root(new_root: str, read_paths: list[str], devices: list[str], writable: list[str]) -> None:
+    """Make the calling process's mount namespace show only `read_paths` (read-only binds), `devices` and
+    `writable` (binds) on a small empty tmpfs, at their host paths, and pivot into it; the host tree is detached.
+
+    Call in a private mount namespace (mount propagation private), with CAP_SYS_ADMIN in its user namespace.
+    """
+    os.makedirs(new_root, exist_ok=True)
+    mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=8192,mode=0755")
+    try:
+        targets: dict[str, str] = {}
+        for p in read_paths + devices + writable:
+            if os.path.lexists(p):
+                targets[_mirror(new_root, p)] = "dev" if p in devices else "rw" if p in writable else "ro"
+        done: list[str] = []
+        for host in sorted(targets):
+            if not os.path.exists(host) or any(host == d or host.startswith(d.rstrip("/") + "/") for d in done):
+                continue
+            inside = new_root + host
+            if os.path.isdir(host):
+                os.makedirs(inside, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(inside), exist_ok=True)
+                if not os.path.lexists(inside):
+                    os.close(os.open(inside, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            _bind(host, inside, read_only=targets[host] == "ro")
+            done.append(host)
+        # /dev/stdin & co. (programs open them): links into a proc of this PID namespace that shows a process
+        # only its own entries (hidepid=2) and no system files (subset=pid). Best effort: a user namespace may
+        # not mount proc (e.g. when the host's /proc has masked entries); then those links dangle.
+        os.makedirs(new_root + "/dev", exist_ok=True)
+        for name, target in (("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                             ("stderr", "/proc/self/fd/2"), ("fd", "/proc/self/fd")):
+            if not os.path.lexists(f"{new_root}/dev/{name}"):
+                os.symlink(target, f"{new_root}/dev/{name}")
+        os.makedirs(new_root + "/proc", exist_ok=True)
+        for options in ("hidepid=2,subset=pid", "hidepid=2"):
+            try:
+                mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, options)
+                break
+            except OSError:
+                continue
+        old = os.path.join(new_root, ".old")
+        os.mkdir(old, 0o700)
+        pivot_root(new_root, old)
+        os.chdir("/")
+        umount("/.old")
+        os.rmdir("/.old")
+    except BaseException:
+        try:
+            umount(new_root)
+        except OSError:
+            pass
+        raise
+    try:
+        mount("none", "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    except OSError:
+        pass

@@ -14,7 +14,6 @@ import marshal
 import os
 import queue
 import select
-import shutil
 import signal
 import struct
 import subprocess
@@ -25,6 +24,8 @@ import threading
 import time
 from contextlib import contextmanager
 
+from . import admission, isolation
+
 logger = logging.getLogger("mrgrpo.sandbox")
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
@@ -32,7 +33,7 @@ _HEADER = struct.Struct("<Q")
 _START_TIMEOUT_S = 60.0
 TMPFS_BYTES = 64 << 20  # per slot: all files of the running test together (tmpfs size)
 TMPFS_INODES = 4096
-_UID_BASE = 1_000_000_000  # per-slot uids (root only): BASE + 64 * (pid % 2**22) + slot % 64
+_UID_BASE = 1_000_000_000  # per-slot uids (root only): BASE + k, k leased node-wide (admission.lease_uid_index)
 
 # The environment every test sees (nothing is inherited from the parent).
 SANDBOX_ENV = {
@@ -83,19 +84,32 @@ class Slot:
         self.layers: dict = {}
         self.warnings: list[str] = []
         self._stderr = None
+        self._lease_fd: int | None = None  # holds this slot's node-wide uid index (root only)
+        self.uid: int | None = None
+        self.cgroup: isolation.SlotCgroup | None = None
 
     def start(self) -> None:
         os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o711)  # the per-slot uid must reach its test directory (also without a tmpfs)
-        uid = _UID_BASE + 64 * (os.getpid() % (1 << 22)) + self.index % 64
-        cfg = {"slot_dir": self.dir, "uid": uid, "tmpfs_bytes": TMPFS_BYTES, "tmpfs_inodes": TMPFS_INODES,
-               "extra_sys_path": _site_packages(), "disable": sorted(DISABLE)}
+        pass_fds: tuple[int, ...] = ()
+        name = f"mrgrpo-{os.getpid()}-{self.index}"
+        if os.geteuid() == 0 and self._lease_fd is None:
+            k, self._lease_fd = admission.lease_uid_index()
+            self.uid = _UID_BASE + k
+        if self._lease_fd is not None:
+            pass_fds = (self._lease_fd,)  # the worker keeps the lease until it and its tests are gone
+            name = f"mrgrpo-slot-{self.uid - _UID_BASE}"  # unique on the node while the lease is held
+        if self.cgroup is None and not {"cgroup_v1", "cgroup_v2"} <= DISABLE and "parent_cgroup" not in DISABLE:
+            self.cgroup = isolation.SlotCgroup(name, tuple(DISABLE), os.environ.get("MRGRPO_SANDBOX_CGROUP_PARENT"))
+        cg_cfg = self.cgroup.config() if self.cgroup is not None and self.cgroup.procs else None
+        cfg = {"slot_dir": self.dir, "uid": self.uid, "tmpfs_bytes": TMPFS_BYTES, "tmpfs_inodes": TMPFS_INODES,
+               "extra_sys_path": _site_packages(), "disable": sorted(DISABLE), "cgroup": cg_cfg, "cgroup_name": name}
         self._stderr = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(
                 [_interpreter(), "-I", "-S", "-B", WORKER, json.dumps(cfg)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=SANDBOX_ENV,
-                close_fds=True, start_new_session=True, cwd="/",
+                close_fds=True, pass_fds=pass_fds, start_new_session=True, cwd="/",
             )
         except OSError as exc:
             raise SandboxFailure(f"cannot start the sandbox worker: {exc}") from exc
@@ -176,6 +190,15 @@ class Slot:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        if self.cgroup is not None:  # empty once the worker's PID namespace is gone; that can take a moment
+            for _ in range(50):
+                if self.cgroup.remove():
+                    break
+                time.sleep(0.02)
+            self.cgroup = None
+        if self._lease_fd is not None:  # the worker is gone (or going): its copy of the lease goes with it
+            admission.release_uid_lease(self._lease_fd)
+            self._lease_fd, self.uid = None, None
 
     def abandon(self) -> None:
         """In a forked child process: drop our copies of the parent's pipes without touching its workers."""
@@ -187,6 +210,8 @@ class Slot:
                     pass
             self.proc = None
         self._stderr = None
+        self._lease_fd = None  # closed by admission's at-fork handler
+        self.cgroup = None  # the parent's to remove
 
 
 class Pool:
@@ -243,7 +268,7 @@ class Pool:
             return
         for slot in slots:
             slot.stop()
-        shutil.rmtree(self.base_dir, ignore_errors=True)
+        isolation.remove_tree(self.base_dir)
 
 
 _pool: Pool | None = None

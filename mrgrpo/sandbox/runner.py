@@ -15,7 +15,8 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from .compare import parse_json_value, stdout_equal, values_equal
+from .admission import admitted
+from .compare import json_size, parse_json_value, stdout_equal, value_too_long, values_equal
 from .pool import SandboxFailure, Slot, get_pool
 from .schema import ExecResult, Job, TestResult, Verdict
 
@@ -86,12 +87,24 @@ def _decode(data: bytes, limit: int) -> str:
 
 def _judge(job: Job, index: int, reply: dict) -> TestResult:
     lim = job.limits
-    try:
-        ctl = json.loads(reply["ctl"]) if reply["ctl"] else {}
-        if not isinstance(ctl, dict):
+    ctl = {}
+    # The control message is a small dict, or in call mode a dict holding the result's JSON as a string (escaped:
+    # up to 7 characters per character). Anything longer cannot hold a matching result: not parsed at all.
+    ctl_cap = 64 << 10
+    if job.fn_name is not None:
+        try:
+            ctl_cap += 8 * json_size(job.outputs[index])
+        except (TypeError, ValueError, RecursionError):
+            ctl_cap = len(reply["ctl"])
+    if reply["ctl"] and len(reply["ctl"]) <= ctl_cap:
+        try:
+            ctl = json.loads(reply["ctl"])
+            if not isinstance(ctl, dict):
+                ctl = {}
+        except (ValueError, RecursionError):  # the program scribbled on fd 3
             ctl = {}
-    except (ValueError, RecursionError):  # the program scribbled on fd 3
-        ctl = {}
+    elif reply["ctl"]:
+        ctl = {"kind": "badtype"}  # too long to be the expected value
     kind = ctl.get("kind")
     stderr = _decode(reply["err"][-_STDERR_CHARS * 4:], 10**9)[-_STDERR_CHARS:]
     cpu, sig, status = reply["cpu"], reply["sig"], reply["exit"]
@@ -109,10 +122,10 @@ def _judge(job: Job, index: int, reply: dict) -> TestResult:
     if reply["tle"] or cpu > lim.time_s or sig == signal.SIGXCPU or (
         # A SIGKILL we did not send with most of the CPU limit used is RLIMIT_CPU's kill. The kernel enforces the
         # limit on its scheduler clock; the rusage reported afterwards was seen 10-20% lower on a loaded VM.
-        sig == signal.SIGKILL and cpu >= 0.5 * math.ceil(lim.time_s)
+        sig == signal.SIGKILL and cpu >= 0.5 * math.ceil(lim.time_s) and not reply.get("oom")
     ):
         return result(Verdict.TLE)
-    if kind == "memory" or sig == signal.SIGKILL:  # a SIGKILL we did not send: the kernel's OOM killer
+    if kind == "memory" or reply.get("oom") or sig == signal.SIGKILL:  # SIGKILL we did not send: OOM killer
         return result(Verdict.MLE)
     if sig is not None or status != 0:
         return result(Verdict.RE)
@@ -124,6 +137,8 @@ def _judge(job: Job, index: int, reply: dict) -> TestResult:
         return result(Verdict.WA)
     if kind != "result" or not isinstance(ctl.get("value"), str):
         return result(Verdict.RE)  # exited 0 without returning (e.g. os._exit(0) inside the function)
+    if value_too_long(job.outputs[index], ctl["value"]):
+        return result(Verdict.WA)
     try:
         actual = parse_json_value(ctl["value"])
     except ValueError:
@@ -138,7 +153,8 @@ def _failure_detail(test: TestResult) -> str:
 
 
 def run(job: Job) -> ExecResult:
-    """Run `job` in the sandbox and return its verdict. Thread safe; blocks while all slots are busy."""
+    """Run `job` in the sandbox and return its verdict. Thread safe; blocks while all slots of this process's pool
+    or of the node's admission (admission.py: at most one job per CPU on the machine, across processes) are busy."""
     start = time.monotonic()
     total = len(job.inputs)
     if total == 0:
@@ -149,7 +165,8 @@ def run(job: Job) -> ExecResult:
     pool = get_pool()
     tests: list[TestResult] = []
     verdict, detail = Verdict.AC, ""
-    with pool.slot() as slot:
+    # A slot of this process's pool, then one of the node's admission slots: limits count from admission.
+    with pool.slot() as slot, admitted():
         for index in range(total):
             if slot.proc is None:
                 try:

@@ -15,13 +15,13 @@ child     PID 1 of its own PID namespace: rlimits, Landlock, uid/capability drop
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import marshal
 import math
 import os
 import select
-import shutil
 import signal
 import struct
 import sys
@@ -57,6 +57,8 @@ _PREAMBLE_FROM = {
 _HEADER = struct.Struct("<Q")
 _SETUP_FAILED = 70  # exit status of a child whose isolation setup failed (it never wrote the ready byte)
 _STDERR_KEEP = 8192
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
+_CPU_CHECK_S = 0.05  # how often the CPU of all processes of a running test is checked (with a slot cgroup)
 
 
 class _Chunks:
@@ -149,7 +151,7 @@ def main() -> None:
     os.close(null)
     warnings_out: list[str] = []
     layers = {"pid_ns": False, "net_ns": False, "tmpfs": False, "user_ns": False, "landlock": 0,
-              "per_slot_uid": False}
+              "per_slot_uid": False, "ipc_ns": False, "seccomp": False, "cgroup_cpu": None, "cgroup_memory": None}
     is_root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
     flags = iso.CLONE_NEWNS | iso.CLONE_NEWNET | iso.CLONE_NEWPID | (0 if is_root else iso.CLONE_NEWUSER)
@@ -163,7 +165,9 @@ def main() -> None:
         layers["pid_ns"] = layers["net_ns"] = True
     except OSError as exc:
         warnings_out.append(f"namespaces unavailable ({exc}): no private PID space (kill(-1) is contained by "
-                            "Landlock signal scoping only if available), no network namespace, no tmpfs")
+                            "Landlock signal scoping only if available), no network namespace, no tmpfs, no IPC "
+                            "namespace per test (SysV IPC objects and POSIX message queues outlive a test), no "
+                            "minimal file tree (any host path can be stat'ed)")
     slot_dir = cfg["slot_dir"]
     if layers["pid_ns"]:
         try:
@@ -197,6 +201,8 @@ def main() -> None:
 class _Zygote:
     def __init__(self, cfg, layers, warnings_out, is_root):
         self.slot_dir = cfg["slot_dir"]
+        self.tmpfs_bytes = cfg["tmpfs_bytes"]
+        self.disable = set(cfg.get("disable", ()))
         self.layers = layers
         self.is_root = is_root
         self.uid = cfg["uid"] if is_root else None
@@ -213,6 +219,46 @@ class _Zygote:
                 if hasattr(sys.modules[module], name):
                     self.preamble[name] = getattr(sys.modules[module], name)
         self.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if layers["pid_ns"] else None
+        self.tmpfs_opts = f"size={cfg['tmpfs_bytes']},nr_inodes={cfg['tmpfs_inodes']},mode=0700"
+        if self.uid is not None:
+            self.tmpfs_opts += f",uid={self.uid},gid={self.uid}"
+        # A fresh IPC namespace per test: SysV shared memory, semaphores, message queues and POSIX message
+        # queues a program creates die with its test and are invisible to every other test.
+        layers["ipc_ns"] = layers["pid_ns"] and "ipc_ns" not in cfg.get("disable", ())
+        layers["seccomp"] = "seccomp" not in cfg.get("disable", ()) and iso.seccomp_available()
+        if not layers["seccomp"]:
+            warnings_out.append("no seccomp filter: programs can use the kernel keyrings of their uid (keys outlive "
+                                "the test) and create AF_UNIX sockets (host services listening on a pathname "
+                                "socket are reachable if Landlock or the file tree lets the path resolve)")
+        self.cg = None
+        self.private_cg = None  # (descriptor of the parent cgroup directory, name) of a cgroup we made ourselves
+        disable = cfg.get("disable", ())
+        if not cfg.get("cgroup") and cfg.get("cgroup_name") and layers["pid_ns"] and "cgroup_v2" not in disable:
+            # The host's cgroup file system may be read-only for us (a default Docker container) while the
+            # hierarchy is not: mount cgroup2 in our private mount namespace and make the slot cgroup there.
+            try:
+                cfg["cgroup"], self.private_cg = iso.private_slot_cgroup(cfg["slot_dir"] + ".cg", cfg["cgroup_name"])
+            except OSError:
+                pass
+        if cfg.get("cgroup"):
+            try:
+                self.cg = iso.CgroupHandle(cfg["cgroup"])
+            except OSError as exc:
+                warnings_out.append(f"slot cgroup unusable ({exc})")
+        layers["cgroup_cpu"] = self.cg.cpu_kind if self.cg else None
+        # Without cgroup CPU accounting, a test's PID 1 is an init of ours that reaps every process of the test
+        # (so their CPU adds up in its rusage) and kills the rest when the program exits.
+        self.reaper = layers["cgroup_cpu"] is None and layers["pid_ns"]
+        layers["reaper_init"] = self.reaper
+        layers["cgroup_memory"] = self.cg.mem_kind if self.cg else None
+        if layers["cgroup_cpu"] is None:
+            warnings_out.append("no cgroup CPU accounting: a test's CPU is what its init reaps (processes a "
+                                "program lets the kernel auto-reap, SIGCHLD ignored, are bounded only by RLIMIT_CPU "
+                                "each) and is checked after the test, not while it runs")
+        if layers["cgroup_memory"] is None:
+            warnings_out.append("no cgroup memory limit (cgroup v2: set MRGRPO_SANDBOX_CGROUP_PARENT to a cgroup that "
+                                "can enable +memory for its children, see docs/sandbox.md): memory_mb bounds each "
+                                "process of a test, not the test")
         self.abi = 0 if "landlock" in cfg.get("disable", ()) else iso.landlock_abi()
         self.rules: list[tuple[int, int]] = []
         if self.abi:
@@ -229,25 +275,18 @@ class _Zygote:
             warnings_out.append("no per-slot uid or user namespace: RLIMIT_NPROC is shared by all processes of "
                                 "this user, so a fork bomb is bounded by that limit only")
         self.warnings = warnings_out
+        gc.freeze()  # a test's garbage collections never walk (and copy-on-write) the zygote's own objects
 
     def _open_read_rules(self, cfg) -> None:
-        dirs = {os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(os.__file__))}
-        for p in sys.path + cfg["extra_sys_path"]:
-            if p and os.path.exists(p):
-                dirs.add(p)
-        for p in ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/share/zoneinfo",
-                  "/etc/ld.so.cache", "/etc/localtime"):
-            if os.path.exists(p):
-                dirs.add(p)
         seen = set()
-        for p in sorted(dirs):
+        for p in _read_paths(cfg):
             real = os.path.realpath(p)
             if real in seen:
                 continue
             seen.add(real)
             fd, is_dir = iso.open_path(real)
             self.rules.append((fd, iso.rights_for(is_dir, iso.READ_DIR_RIGHTS)))
-        for dev in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"):
+        for dev in _DEVICES:
             if os.path.exists(dev):
                 fd, _ = iso.open_path(dev)
                 self.rules.append((fd, iso.DEVICE_RIGHTS))
@@ -267,6 +306,7 @@ class _Zygote:
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
             where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
             self.code = f"{type(exc).__name__}: {getattr(exc, 'msg', None) or exc}{where}"
+        gc.freeze()
 
     def run_test(self, req) -> dict:
         self.compile(req["code_id"], req.get("code"))
@@ -276,8 +316,13 @@ class _Zygote:
         tmp = os.path.join(self.slot_dir, f"t{self.counter}")
         os.mkdir(tmp, 0o700)
         fds: list[int] = []
+        mounted = False
         try:
-            if self.uid is not None:
+            # a tmpfs per test: its files vanish at once when it is unmounted
+            if self.layers["tmpfs"] and "test_tmpfs" not in self.disable:
+                iso.mount("tmpfs", tmp, "tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
+                mounted = True
+            elif self.uid is not None:
                 os.chown(tmp, self.uid, self.uid)
             return self._fork_and_watch(req, tmp, fds)
         finally:
@@ -286,9 +331,14 @@ class _Zygote:
                     os.close(fd)
                 except OSError:
                     pass
-            shutil.rmtree(tmp, ignore_errors=True)
-            if os.path.exists(tmp):
-                raise RuntimeError(f"could not remove {tmp}")
+            # Whatever the program left (deep trees, odd modes, sockets) goes without any way to fail: the
+            # test's processes are all dead here; an unremovable leftover stays under a unique name.
+            if mounted:
+                try:
+                    iso.umount(tmp)
+                except OSError:
+                    pass
+            iso.remove_tree(tmp)
 
     def _fork_and_watch(self, req, tmp, fds) -> dict:
         lim = req["limits"]
@@ -299,6 +349,13 @@ class _Zygote:
         ready_r, ready_w = os.pipe()
         child_ends = [in_r, out_w, err_w, ctl_w, ready_w]
         fds += [in_r, in_w, out_r, out_w, err_r, err_w, ctl_r, ctl_w, ready_r, ready_w]
+        cg0 = None
+        if self.cg is not None:
+            try:
+                self.cg.set_memory((lim["memory_mb"] << 20) + self.tmpfs_bytes)
+            except OSError:  # e.g. EBUSY lowering a v1 limit below unreclaimable usage: keep the previous limit
+                pass
+            cg0 = (self.cg.cpu_ns(), self.cg.oom_kills())
         if self.pidns_fd is not None:
             iso.unshare(iso.CLONE_NEWPID)
         start = time.monotonic()
@@ -312,9 +369,15 @@ class _Zygote:
             fds.remove(fd)
         pidfd = os.pidfd_open(pid)
         fds.append(pidfd)
-        return self._watch(pid, pidfd, start, lim, req.get("stdin", b""), in_w, out_r, err_r, ctl_r, ready_r)
+        return self._watch(pid, pidfd, start, lim, req.get("stdin", b""), in_w, out_r, err_r, ctl_r, ready_r, cg0)
 
-    def _watch(self, pid, pidfd, start, lim, stdin, in_w, out_r, err_r, ctl_r, ready_r) -> dict:
+    def _cg_cpu(self, cg0) -> float | None:
+        if cg0 is None or cg0[0] is None:
+            return None
+        now = self.cg.cpu_ns()
+        return None if now is None else (now - cg0[0]) / 1e9
+
+    def _watch(self, pid, pidfd, start, lim, stdin, in_w, out_r, err_r, ctl_r, ready_r, cg0) -> dict:
         """Feed stdin, collect output under caps until the test's namespace is gone, enforce the deadline.
 
         Output is read straight into bytearrays that are zeroed after sending, so no later program forked
@@ -337,6 +400,9 @@ class _Zygote:
             in_w = -1
         deadline = start + lim["wall_s"]
         killed_at = None
+        # With a slot cgroup, the CPU of ALL the test's processes is checked while it runs (RLIMIT_CPU is per
+        # process); the first check comes late enough that a quick test never pays for one.
+        cpu_check = start + _CPU_CHECK_S if self._cg_cpu(cg0) is not None else None
 
         def kill():
             nonlocal killed_at
@@ -359,7 +425,16 @@ class _Zygote:
                     kill()  # without a PID namespace, daemonised children may still hold the pipes open
                 if killed_at is not None and now - killed_at > 10:
                     raise RuntimeError("test process did not die 10 s after SIGKILL")
-                wait_ms = max(1, int(((deadline if killed_at is None else now + 0.5) - now) * 1000))
+                if cpu_check is not None and killed_at is None and now >= cpu_check:
+                    cpu_check = now + _CPU_CHECK_S
+                    if (self._cg_cpu(cg0) or 0.0) > lim["time_s"]:
+                        if not exited:
+                            tle = True
+                        kill()
+                wake = deadline if killed_at is None else now + 0.5
+                if cpu_check is not None and killed_at is None:
+                    wake = min(wake, cpu_check)
+                wait_ms = max(1, int((wake - now) * 1000))
                 for fd, _event in poller.poll(wait_ms):
                     if fd == in_w:
                         try:
@@ -388,15 +463,26 @@ class _Zygote:
             if in_w != -1:
                 os.close(in_w)
             _, status, usage = os.wait4(pid, 0)
+            # The namespace is gone (its PID 1 reaped): every process of the test has exited and is accounted.
+            cpu = usage.ru_utime + usage.ru_stime
+            cg_cpu = self._cg_cpu(cg0)
+            if cg_cpu is not None:
+                cpu = max(cpu, cg_cpu)
             reply = {
                 "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
                 "sig": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-                "cpu": usage.ru_utime + usage.ru_stime,
+                "cpu": cpu,
                 "wall": time.monotonic() - start,
                 "tle": tle,
                 "ole": ole,
+                "oom": cg0 is not None and self.cg.oom_kills() > cg0[1],
             }
-            if bytes(bufs[ready_r].tail(16)) != b"R" and not tle:
+            ready = bytes(bufs[ready_r].tail(16))
+            if ready[1:2] == b"S" and len(ready) >= 6:  # the program's status, from our init
+                (status,) = struct.unpack("<i", ready[2:6])
+                reply["exit"] = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+                reply["sig"] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+            if ready[:1] != b"R" and not tle:
                 reply["infra"] = "test process setup failed: " + bytes(bufs[err_r].tail(2000)).decode("utf-8",
                                                                                                    "replace")
             return reply, [bufs[out_r], bufs[err_r], bufs[ctl_r]]
@@ -415,9 +501,14 @@ class _Zygote:
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
             os.dup2(ctl_w, 3)
+            if self.cg is not None:
+                self.cg.join()
+            if self.layers["ipc_ns"]:
+                iso.unshare(iso.CLONE_NEWIPC)
             lim = req["limits"]
             mem = lim["memory_mb"] << 20
             user_ns_slack = 3 if self.layers["user_ns"] else 0  # launcher and zygote share our ns uid
+            user_ns_slack += 1 if self.reaper else 0
             iso.set_rlimits(cpu_s=max(1, math.ceil(lim["time_s"])), data_bytes=mem, as_bytes=mem + (1 << 30),
                             stack_bytes=mem, fsize_bytes=lim["file_bytes"], nofile=64,
                             nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"])
@@ -425,12 +516,19 @@ class _Zygote:
             if self.abi:
                 tmp_fd, _ = iso.open_path(tmp)
                 iso.landlock_restrict(self.abi, self.rules + [(tmp_fd, iso.ALL_FS_RIGHTS)])
+            if self.layers["seccomp"]:
+                iso.seccomp_deny_keys_and_unix_sockets()
             if self.uid is not None:
                 iso.drop_to_user(self.uid, self.uid, keep_read_search=True)
             elif self.layers["user_ns"]:
                 iso.drop_capabilities()
             os.chdir(tmp)
             os.write(ready_w, b"R")
+            if self.reaper:  # no cgroup CPU accounting: an init of our own charges every process of the test
+                main_pid = os.fork()
+                if main_pid != 0:
+                    _reap_all(main_pid, ready_w)  # never returns
+                os.close(ready_w)
             iso.close_fds_from(4)
         except BaseException:
             try:
@@ -440,13 +538,70 @@ class _Zygote:
         _run_program(self.code, req, tmp, self.preamble)
 
 
+def _read_paths(cfg) -> list[str]:
+    """What a test may read: the interpreter's library, its sys.path, shared libraries, time zones."""
+    dirs = {os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(os.__file__))}
+    for p in sys.path + cfg["extra_sys_path"]:
+        if p and os.path.exists(p):
+            dirs.add(p)
+    for p in ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/share/zoneinfo",
+              "/etc/ld.so.cache", "/etc/localtime"):
+        if os.path.exists(p):
+            dirs.add(p)
+    return sorted(dirs)
+
+
+def _reap_all(main_pid: int, status_fd: int) -> None:
+    """PID 1 of a test without cgroup accounting: reap every process (orphans come to us, and their CPU adds to
+    our rusage, which the zygote reads), kill whatever is left once the program exits, then report the program's
+    wait status on `status_fd` and exit. Signals from inside the namespace cannot kill us (we are its init)."""
+    try:
+        os.dup2(status_fd, 0)
+        iso.close_fds_from(1)
+        main_status = None
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+            if pid == main_pid:
+                main_status = status
+            if main_status is not None:
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except OSError:
+                    pass
+        os.write(0, b"S" + struct.pack("<i", main_status if main_status is not None else 0))
+    finally:
+        os._exit(0)
+
+
 def _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root) -> None:
     sys.path.extend(p for p in cfg["extra_sys_path"] if p not in sys.path)
+    import linecache  # noqa: F401  (used by compile(); imported while the whole host tree is still visible)
+
     zygote = _Zygote(cfg, layers, warnings_out, is_root)
+    # Everything the zygote needs from the host is open now: show tests a minimal tree (the interpreter, its
+    # libraries, a few devices, the slot's tmpfs), no host sockets and no other host path to stat.
+    layers["minimal_root"] = False
+    if layers["tmpfs"] and "minimal_root" not in cfg.get("disable", ()):
+        try:
+            iso.enter_minimal_root(cfg["slot_dir"] + ".root", _read_paths(cfg), list(_DEVICES), [cfg["slot_dir"]])
+            layers["minimal_root"] = True
+        except OSError as exc:
+            warnings_out.append(f"no minimal file tree ({exc}): programs can stat any host path and see host "
+                                "sockets (connecting to them needs AF_UNIX sockets, which seccomp denies)")
     send(resp_fd, {"ready": True, "layers": layers, "warnings": zygote.warnings})
     while True:
         req = recv(req_fd)
         if req is None:
+            if zygote.private_cg is not None:  # every test is reaped: the cgroup is empty
+                try:
+                    os.rmdir(zygote.private_cg[1], dir_fd=zygote.private_cg[0])
+                except OSError:
+                    pass
             return
         reply, buffers = zygote.run_test(req)
         send(resp_fd, reply, buffers)

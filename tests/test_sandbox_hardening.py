@@ -1,0 +1,508 @@
+"""Sandbox round two (issue 11): one adversarial property per test, by class of hole.
+
+1 state that survives a test (SysV IPC, POSIX message queues, kernel keyrings), 2 CPU of every process of a test,
+3 one memory budget per test, 5 cleanup that cannot fail, 6 the parent's work bounded by the expected answer,
+7 a uid per live slot, 8 host sockets and host paths. (Class 4, float_tol, is in test_sandbox_compare.py.)
+A state probe prints "none" when it finds nothing an earlier test left, and plants its own object otherwise, so
+AC on every test (and on a second submission) means nothing crossed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+import threading
+import time
+
+import pytest
+
+from mrgrpo.sandbox import Job, Limits, Verdict, run, run_batch
+from mrgrpo.sandbox import pool as pool_mod
+
+FAST = Limits(time_s=2, wall_s=4)
+_layers_cache: dict = {}
+
+
+def layers() -> dict:
+    if not _layers_cache:
+        run(Job(code="print(1)", inputs=[""], outputs=["1"]))
+        _layers_cache.update(pool_mod.get_pool()._slots[0].layers)
+    return _layers_cache
+
+
+def judge(code: str, n: int = 3, expected: str = "none\n", limits: Limits = FAST):
+    return run(Job(code=textwrap.dedent(code), inputs=[""] * n, outputs=[expected] * n, limits=limits))
+
+
+def assert_no_state_crosses(code: str) -> None:
+    """Two submissions of three tests each: every test must find nothing (AC), none may be INFRA."""
+    for _ in range(2):
+        result = judge(code)
+        assert result.verdict is Verdict.AC, result
+
+
+_LIBC = """
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    KEY = 0x4D5247
+    IPC_CREAT = 0o1000
+"""
+
+
+# ---------------------------------------------------------------- 1. state that survives a test
+
+
+def test_sysv_shared_memory_does_not_survive_a_test():
+    assert_no_state_crosses(_LIBC + """
+    libc.shmat.restype = ctypes.c_void_p
+    shmid = libc.shmget(KEY, 4096, 0)
+    if shmid >= 0:
+        print("found", ctypes.string_at(libc.shmat(shmid, None, 0), 6))
+    else:
+        shmid = libc.shmget(KEY, 4096, IPC_CREAT | 0o666)
+        ctypes.memmove(libc.shmat(shmid, None, 0), b"secret", 6)
+        print("none")
+    """)
+    with open("/proc/sysvipc/shm") as f:  # and nothing is left in the host's IPC namespace
+        assert not [line for line in f.read().splitlines()[1:] if int(line.split()[0]) == 0x4D5247]
+
+
+def test_sysv_semaphores_do_not_survive_a_test():
+    assert_no_state_crosses(_LIBC + """
+    if libc.semget(KEY, 1, 0) >= 0:
+        print("found")
+    else:
+        assert libc.semget(KEY, 1, IPC_CREAT | 0o666) >= 0
+        print("none")
+    """)
+
+
+def test_sysv_message_queues_do_not_survive_a_test():
+    assert_no_state_crosses(_LIBC + """
+    class Msg(ctypes.Structure):
+        _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 16)]
+    q = libc.msgget(KEY, 0)
+    if q >= 0:
+        print("found")
+    else:
+        q = libc.msgget(KEY, IPC_CREAT | 0o666)
+        libc.msgsnd(q, ctypes.byref(Msg(1, b"expected output")), 16, 0)
+        print("none")
+    """)
+
+
+def test_posix_message_queues_do_not_survive_a_test():
+    assert_no_state_crosses(_LIBC + """
+    try:
+        mq_open = libc.mq_open
+    except AttributeError:
+        mq_open = ctypes.CDLL("librt.so.1", use_errno=True).mq_open
+    if mq_open(b"/mrgrpo-probe", os.O_RDONLY) >= 0:
+        print("found")
+    else:
+        mq_open(b"/mrgrpo-probe", os.O_RDWR | os.O_CREAT, 0o666, None)
+        print("none")
+    """)
+
+
+_KEYS = _LIBC + """
+    import platform
+    add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+    libc.syscall.restype = ctypes.c_long
+    found = False
+    for ring in (-4, -5, -3, -2):  # user, user session, session, process keyrings
+        found |= libc.syscall(keyctl, 10, ring, b"user", b"mrgrpo-probe", 0) >= 0  # KEYCTL_SEARCH
+        libc.syscall(add_key, b"user", b"mrgrpo-probe", b"expected", 8, ring)
+    print("found" if found else "none")
+"""
+
+
+def test_kernel_keyrings_do_not_survive_a_test():
+    if not layers()["seccomp"]:
+        pytest.skip("no seccomp filter on this architecture")
+    assert_no_state_crosses(_KEYS)
+
+
+def test_keyring_calls_are_denied():
+    if not layers()["seccomp"]:
+        pytest.skip("no seccomp filter on this architecture")
+    result = judge(_LIBC + """
+    import platform
+    add_key = {"x86_64": 248, "aarch64": 217}[platform.machine()]
+    libc.syscall.restype = ctypes.c_long
+    ok = libc.syscall(add_key, b"user", b"k", b"v", 1, -4) >= 0
+    print("added" if ok else "denied", ctypes.get_errno())
+    """, n=1, expected="denied 1\n")
+    assert result.verdict is Verdict.AC, result
+
+
+def test_a_foreign_syscall_abi_is_denied():
+    """x86_64 only: the 32-bit entry (int 0x80) would bypass a filter written for x86_64 numbers."""
+    import platform
+
+    if platform.machine() != "x86_64" or not layers()["seccomp"]:
+        pytest.skip("x86_64 with seccomp only")
+    result = judge("""
+    import ctypes, mmap
+    # mov eax, 20 (getpid, i386); int 0x80; ret  -> -EPERM under the filter
+    code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])
+    buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    buf.write(code)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    fn = ctypes.CFUNCTYPE(ctypes.c_int)(addr)
+    print("denied" if fn() == -1 else "allowed")
+    """, n=1, expected="denied\n")
+    assert result.verdict is Verdict.AC, result
+
+
+# ---------------------------------------------------------------- 2. CPU of every process of a test
+
+
+_SPREAD = """
+    import os, time
+    r, w = os.pipe()
+    for _ in range(4):
+        if os.fork() == 0:
+            t = time.process_time()
+            while time.process_time() - t < {each}:
+                pass
+            os.write(w, b"x")
+            while True:  # still running when PID 1 exits: killed with the namespace
+                pass
+    for _ in range(4):
+        os.read(r, 1)
+    print("none")
+"""
+
+
+def test_cpu_of_children_alive_when_pid1_exits_is_charged():
+    if not layers()["cgroup_cpu"]:
+        pytest.skip("no cgroup CPU accounting here")
+    result = judge(_SPREAD.format(each=0.4), n=1, limits=Limits(time_s=1, wall_s=6))
+    assert result.verdict is Verdict.TLE, result
+    assert result.tests[0].time_s >= 1.0
+
+
+def test_cpu_of_children_is_enforced_while_the_test_runs():
+    """Children spin forever while PID 1 sleeps: the cgroup check kills at time_s, long before the wall limit."""
+    if not layers()["cgroup_cpu"]:
+        pytest.skip("no cgroup CPU accounting here")
+    code = """
+    import os, time
+    for _ in range(3):
+        if os.fork() == 0:
+            while True:
+                pass
+    time.sleep(100)
+    print("none")
+    """
+    start = time.monotonic()
+    result = judge(code, n=1, limits=Limits(time_s=1, wall_s=60))
+    assert result.verdict is Verdict.TLE, result
+    assert time.monotonic() - start < 40  # far below the 60 s wall limit: the CPU limit fired
+
+
+def test_honest_multiprocess_program_within_the_limit_passes():
+    result = judge(_SPREAD.format(each=0.05).replace("while True:  # still", "os._exit(0)\n            if 0:  #"),
+                   n=1, limits=Limits(time_s=2, wall_s=6))
+    assert result.verdict is Verdict.AC, result
+
+
+# ---------------------------------------------------------------- 3. one memory budget per test
+
+
+def test_memory_spread_over_processes_is_one_budget():
+    """4 processes x 200 MiB under memory_mb=256: each is within RLIMIT_DATA, together they are not."""
+    if not layers()["cgroup_memory"]:
+        pytest.skip("no cgroup memory limit here")
+    code = """
+    import os, select
+    r, w = os.pipe()
+    for _ in range(4):
+        if os.fork() == 0:
+            block = bytearray(200 << 20)
+            block[::4096] = b"x" * len(block[::4096])
+            os.write(w, b"x")
+            import time; time.sleep(30)
+    got = b""
+    while len(got) < 4 and select.select([r], [], [], 5)[0]:
+        got += os.read(r, 4)
+    print("none" if len(got) == 4 else "partial")
+    """
+    result = judge(code, n=1, limits=Limits(time_s=4, wall_s=10, memory_mb=256))
+    assert result.verdict is Verdict.MLE, result
+
+
+def test_sysv_shared_memory_counts_against_the_budget():
+    if not layers()["cgroup_memory"]:
+        pytest.skip("no cgroup memory limit here")
+    code = _LIBC + """
+    libc.shmat.restype = ctypes.c_void_p
+    shmid = libc.shmget(0, 600 << 20, IPC_CREAT | 0o600)
+    addr = libc.shmat(shmid, None, 0)
+    ctypes.memset(addr, 1, 600 << 20)
+    print("none")
+    """
+    result = judge(code, n=1, limits=Limits(time_s=4, wall_s=10, memory_mb=256))
+    assert result.verdict is Verdict.MLE, result
+
+
+def test_honest_program_using_its_memory_passes():
+    code = "b = bytearray(150 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('none')"
+    assert judge(code, n=2, limits=Limits(time_s=4, wall_s=10, memory_mb=256)).verdict is Verdict.AC
+
+
+# ---------------------------------------------------------------- 5. cleanup cannot fail
+
+
+def test_a_deep_directory_tree_is_cleaned_and_never_infra():
+    code = """
+    import os
+    for i in range(3000):
+        os.mkdir("d")
+        os.chdir("d")
+    open("leaf", "w").write("x")
+    print("none")
+    """
+    result = judge(code, n=3, limits=Limits(time_s=4, wall_s=10))
+    assert result.verdict is Verdict.AC, result  # three tests in a row on the same slot: cleaned each time
+
+
+def test_unremovable_looking_leftovers_are_cleaned():
+    code = """
+    import os, stat
+    os.makedirs("a/b/c")
+    open("a/b/c/f", "w").write("x")
+    os.mkfifo("a/fifo")
+    os.symlink("/etc/passwd", "a/link")
+    for d in ("a/b/c", "a/b", "a"):
+        os.chmod(d, 0)
+    print("none")
+    """
+    assert judge(code, n=3).verdict is Verdict.AC
+
+
+def test_remove_tree_handles_any_depth(tmp_path):
+    from mrgrpo.sandbox.isolation import remove_tree
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(3000):  # deeper than the recursion limit, built relative to a descriptor
+        os.mkdir("d", dir_fd=fd)
+        nxt = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    os.close(fd)
+    os.chmod(tmp_path / "d", 0)
+    assert remove_tree(str(tmp_path / "d"))
+    assert not (tmp_path / "d").exists()
+    assert remove_tree(str(tmp_path / "missing"))
+
+
+# ---------------------------------------------------------------- 6. the parent's work is bounded
+
+
+def test_a_million_digit_result_is_not_parsed_by_the_parent():
+    from mrgrpo.sandbox import compare
+
+    code = """
+    import os, json
+    def f(x):
+        os.write(3, json.dumps({"kind": "result", "value": "9" * 4_000_000}).encode())
+        os._exit(0)
+    """
+    calls = []
+    real = compare.parse_json_value
+
+    def spy(text):
+        calls.append(len(text))
+        return real(text)
+
+    from mrgrpo.sandbox import runner
+
+    orig = runner.parse_json_value
+    runner.parse_json_value = spy
+    try:
+        result = run(Job(code=textwrap.dedent(code), inputs=[[1]], outputs=[5], fn_name="f", limits=FAST))
+    finally:
+        runner.parse_json_value = orig
+    assert result.verdict is Verdict.WA
+    assert calls == []
+
+
+def test_a_flood_of_short_lines_is_judged_wa():
+    code = "import sys\nsys.stdout.write('1\\n' * (15 << 20))"
+    result = run(Job(code=code, inputs=[""], outputs=["1\n"], limits=Limits(time_s=4, wall_s=10)))
+    assert result.verdict is Verdict.WA
+
+
+# ---------------------------------------------------------------- 7. a uid per live slot
+
+
+def test_slots_64_apart_get_different_uids():
+    if os.geteuid() != 0:
+        pytest.skip("per-slot uids are for root")
+    base = pool_mod.Pool(1).base_dir
+    slots = [pool_mod.Slot(i, base) for i in (0, 64, 128)]
+    try:
+        for slot in slots:
+            slot.start()
+        uids = [slot.uid for slot in slots]
+        assert len(set(uids)) == 3 and None not in uids
+    finally:
+        for slot in slots:
+            slot.stop()
+        from mrgrpo.sandbox.isolation import remove_tree
+
+        assert remove_tree(base)
+
+
+def test_uid_leases_are_unique_across_many_holders_and_reused_after_release(tmp_path):
+    from mrgrpo.sandbox import admission
+
+    held = [admission.lease_uid_index(str(tmp_path)) for _ in range(200)]
+    try:
+        assert len({k for k, _ in held}) == 200
+    finally:
+        freed = held[5][0]
+        for _, fd in held:
+            admission.release_uid_lease(fd)
+    k, fd = admission.lease_uid_index(str(tmp_path))
+    admission.release_uid_lease(fd)
+    assert k == 0 <= freed
+
+
+def test_concurrent_slots_run_tests_as_distinct_uids():
+    if os.geteuid() != 0:
+        pytest.skip("per-slot uids are for root")
+    code = "import os, time\ntime.sleep(0.3)\nprint(os.getuid())"
+    results = run_batch([Job(code=code, inputs=[""], outputs=["x"])] * 6, workers=6)
+    uids = {r.tests[0].stdout.strip() for r in results}
+    assert len(uids) == 6
+
+
+# ---------------------------------------------------------------- 8. host sockets and host paths
+
+
+def test_host_unix_socket_is_unreachable(tmp_path):
+    path = tmp_path / "host.sock"
+    os.chmod(tmp_path, 0o755)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    os.chmod(path, 0o777)
+    server.listen(4)
+    server.settimeout(0.1)
+    accepted = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            accepted.append(conn)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        result = judge(f"""
+        import socket
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect({str(path)!r})
+            print("connected")
+        except OSError:
+            print("none")
+        """, n=1)
+    finally:
+        stop.set()
+        t.join()
+        server.close()
+    assert result.verdict is Verdict.AC, result
+    assert accepted == []
+
+
+def test_host_paths_cannot_even_be_stat(tmp_path):
+    if not layers().get("minimal_root"):
+        pytest.skip("no minimal file tree here")
+    secret = tmp_path / "host-file"
+    secret.write_text("x")
+    paths = [str(secret), "/etc/passwd", "/etc/hostname", "/proc/1", "/home", "/var/run", "/run",
+             "/dev/shm", "/sys/fs/cgroup", os.path.abspath(__file__)]
+    result = judge(f"""
+    import os
+    seen = []
+    for p in {paths!r}:
+        try:
+            os.stat(p)
+            seen.append(p)
+        except OSError:
+            pass
+    print("none" if not seen else seen)
+    """, n=1)
+    assert result.verdict is Verdict.AC, result
+
+
+def test_the_file_tree_still_has_what_programs_need():
+    code = """
+    import datetime, decimal, fractions, json, zoneinfo
+    open("scratch.txt", "w").write("ok")
+    print(open("scratch.txt").read() == "ok" and zoneinfo.ZoneInfo("Europe/Paris") is not None and "none")
+    """
+    assert judge(code, n=1).verdict is Verdict.AC
+
+
+# ---------------------------------------------------------------- without cgroups or without namespaces
+
+
+@pytest.fixture
+def no_cgroups(monkeypatch):
+    pool_mod.shutdown()
+    monkeypatch.setattr(pool_mod, "DISABLE", {"cgroup_v1", "cgroup_v2"})
+    yield
+    pool_mod.shutdown()
+
+
+def test_without_cgroups_our_init_charges_children_alive_at_exit(no_cgroups):
+    result = judge(_SPREAD.format(each=0.4), n=1, limits=Limits(time_s=1, wall_s=6))
+    assert pool_mod.get_pool()._slots[0].layers["reaper_init"]
+    assert result.verdict is Verdict.TLE, result
+    assert result.tests[0].time_s >= 1.0
+
+
+def test_without_cgroups_exit_status_and_signals_still_come_through(no_cgroups):
+    assert judge("import sys\nprint('none')\nsys.exit(3)", n=1).verdict is Verdict.RE
+    assert judge("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", n=1).verdict is Verdict.RE
+    assert judge("print('none')", n=2).verdict is Verdict.AC
+    assert judge("while True:\n    pass", n=1, limits=Limits(time_s=1, wall_s=4)).verdict is Verdict.TLE
+
+
+def test_without_namespaces_a_deep_tree_is_cleaned_and_never_infra(monkeypatch):
+    pool_mod.shutdown()
+    monkeypatch.setattr(pool_mod, "DISABLE", {"namespaces"})
+    try:
+        code = """
+        import os
+        for i in range(2000):
+            os.mkdir("d")
+            os.chdir("d")
+        print("none")
+        """
+        assert judge(code, n=2, limits=Limits(time_s=4, wall_s=10)).verdict is Verdict.AC
+    finally:
+        pool_mod.shutdown()
+
+
+def test_read_only_host_cgroups_still_give_cpu_accounting(monkeypatch):
+    """As in a default Docker container: the parent cannot make the slot cgroup (simulated), the worker mounts
+    cgroup2 in its private mount namespace and makes it there."""
+    pool_mod.shutdown()
+    monkeypatch.setattr(pool_mod, "DISABLE", {"parent_cgroup"})
+    try:
+        result = judge(_SPREAD.format(each=0.4), n=1, limits=Limits(time_s=1, wall_s=6))
+        if pool_mod.get_pool()._slots[0].layers["cgroup_cpu"] is None:
+            pytest.skip("cgroup2 cannot be mounted here")
+        assert result.verdict is Verdict.TLE, result
+    finally:
+        pool_mod.shutdown()
