@@ -1,75 +1,28 @@
-"""``PlanCodeAgentLoop``: the multi-round plan -> code -> feedback rollout of mrGRPO, as a verl agent loop.
+"""`PlanCodeAgentLoop`: mrGRPO's plan -> code -> public-test feedback rollout, as a verl agent loop.
 
-Registered through ``recipe/mrgrpo/config/agent_loop.yaml`` (``actor_rollout_ref.rollout.agent.
-agent_loop_config_path``) under the name ``plan_code``; rows select it with their ``agent_name`` column or
-through ``actor_rollout_ref.rollout.agent.default_agent_loop``.
+What the loop does (states, stop reasons, budget, token accounting, Qwen3 thinking, ``extra_fields``) is
+described once, in docs/architecture.md ("The agent loop"). Reading this file:
 
-State machine (one handler per state, ``_HANDLERS``)::
-
-    START --plan_source=self--> PLAN --> ASK_CODE --> CODE
-    START --teacher | none----> CODE
-    CODE --> TEST --pass / rounds spent / no public tests / sandbox INFRA--> DONE
-                  --fail, rounds left--> FEEDBACK --> CODE
-    any generation that leaves no budget, or ends without an end-of-turn token --> DONE
-
-- START builds the first prompt for the plan source with `mrgrpo.first_turn.first_turn_messages`, the function
-  `MrGRPODataset` already applied before verl's overlong-prompt filter (``self``: the policy is asked for a plan only;
-  ``teacher``: the row's plan is in the user turn; ``none``: no plan, the single-turn baseline).
-- ``rounds`` = K, the number of feedback rounds: at most K + 1 code attempts. Every attempt is run on the
-  row's PUBLIC tests (``extra_info["public_tests"]``) through ``mrgrpo.sandbox.run_async``; the reward later
-  scores ``final_code`` on the hidden tests.
-
-Token accounting. The trajectory is one token stream: ``prompt_ids`` (the first prompt) followed by
-``response_ids`` (every later token). Model tokens are appended exactly as generated
-(``ct_merge_assistant_token``: mask 1, their rollout logprobs); injected user turns are rendered by verl's
-Continuous Token builder (``ct_merge_context_msg``: mask 0, logprob 0.0, plus the template's boundary
-tokens, e.g. Qwen's newline after ``<|im_end|>``). Generated text is decoded only to read it (plan, code);
-it is never encoded again.
-
-Qwen3 thinking. ``data.apply_chat_template_kwargs`` (e.g. ``{enable_thinking: false}``) reaches the chat
-template through the Continuous Token builder for the first prompt and for every injected turn, so the
-generation prompt after each user turn is the one the template defines (with ``enable_thinking: false``,
-Qwen3's empty ``<think>\n\n</think>\n\n``). Generated ``<think>`` blocks are kept verbatim in the token
-stream: later turns see them and the trainer trains on exactly the same tokens (Qwen3's chat template
-would drop earlier turns' reasoning when re-rendering a conversation; this loop never re-renders, so what
-the policy saw during rollout and what it is trained on are the same sequence). Thinking never counts as
-an answer: plans and code are read from the text after ``</think>`` (``mrgrpo.code_extract``).
-
-A turn that ends with another end token than ``<|im_end|>`` (e.g. ``<|endoftext|>``) is closed with an injected
-``<|im_end|>`` (mask 0) before the next injected turn.
-
-Sandbox calls are awaited (never blocking the event loop) behind a per-process semaphore
-(``sandbox_concurrency``; env ``MRGRPO_SANDBOX_CONCURRENCY`` overrides).
-
-Budget. Every generation gets ``max_tokens`` = the remaining ``response_length`` (all turns share it; a plan
-turn is further capped by ``plan_max_tokens``: a plan cut there is closed with an injected end-of-turn token,
-mask 0, and the code is still asked for); an injected turn is appended only if at least
-``min_turn_tokens`` remain after it.
-
-``extra_fields`` (fixed keys, ``EXTRA_FIELD_KEYS``; verl merges them into the reward's ``extra_info``):
-``final_code`` (program of the last attempt that had one, ``""`` if none), ``plan`` (the teacher's or the
-policy's, thinking removed; ``""`` for none), ``plan_source``, ``attempts`` (code attempts made),
-``public_pass`` / ``public_verdicts`` (one per attempt: passed every public test / the verdict, ``NOT_RUN`` when
-it could not be tested), ``stop_reason`` (``STOP_REASONS``), ``error`` (``""`` unless ``stop_reason`` is
-``error``), ``model_tokens`` / ``injected_tokens`` (response tokens with mask 1 / 0), ``plan_tokens`` (the
-self plan turn), ``sandbox_s`` (wall seconds of each public-test run). Plus the rollout server's
-``min/max_global_steps`` etc. and upstream's empty ``turn_scores`` / ``tool_rewards``.
-
-Failures. An exception inside a trajectory does not drop it (verl 0.9.1's v1 trainer would, with one log line):
-it ends as ``stop_reason="error"`` with every response token masked, and is counted. ``MAX_CONSECUTIVE_ERRORS``
-in a row in one process raise: the run is broken, not one row. Public tests carry their own ``float_tol``
-(`mrgrpo.testset`), the same the reward's hidden tests carry.
+- one async handler per `State` (``_HANDLERS``), each returning the next state; `_stop` ends the trajectory with a
+  reason from ``STOP_REASONS``; `run` turns an exception into the typed ``error`` outcome (`_error_output`).
+- settings: ``self.config.mrgrpo.agent_loop`` (every key in ``SETTINGS``), as verl's ToolAgentLoop reads
+  ``actor_rollout_ref.rollout.multi_turn``; their defaults live in the trainer yaml (``TRAINER_YAML``) only.
+  ``recipe/mrgrpo/config/agent_loop.yaml`` names the class for verl's registry and nothing else.
+- the token stream is only appended to, through verl's Continuous Token helpers (`_generate`: model tokens,
+  mask 1; `_append_user` / `_close_turn`: injected tokens, mask 0); generated text is decoded to be read, never
+  encoded again.
+- the sandbox is reached only through `_sandbox_module()` (tests swap it), public tests are decoded by
+  `mrgrpo.testset`, and the feedback turn is worded by `mrgrpo.prompts.feedback_turn`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import logging
-import os
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -84,7 +37,10 @@ from mrgrpo.testset import TestSet
 
 logger = logging.getLogger(__name__)
 
-AGENT_NAME = "plan_code"
+# The trainer yaml whose ``mrgrpo.agent_loop`` section holds the default of every setting in ``SETTINGS``.
+TRAINER_YAML = Path(__file__).resolve().parents[1] / "recipe" / "mrgrpo" / "config" / "mrgrpo_trainer.yaml"
+SETTINGS = ("rounds", "plan_source", "plan_max_tokens", "min_turn_tokens", "feedback_max_chars",
+            "feedback_stderr_chars", "sandbox_concurrency", "sandbox_time_s", "sandbox_wall_s")
 # The fixed key set of ``AgentLoopOutput.extra_fields`` written by this loop (the reward and the dashboard read them).
 EXTRA_FIELD_KEYS = ("final_code", "plan", "plan_source", "attempts", "public_pass", "public_verdicts", "stop_reason",
                     "error", "model_tokens", "injected_tokens", "plan_tokens", "sandbox_s")
@@ -93,6 +49,18 @@ STOP_REASONS = ("passed", "rounds", "budget", "truncated", "no_public_tests", "i
 # means the run itself is broken: the loop then raises.
 MAX_CONSECUTIVE_ERRORS = 32
 _consecutive_errors = 0
+
+
+def recipe_settings() -> dict[str, Any]:
+    """The ``mrgrpo.agent_loop`` section of the recipe's trainer yaml (``TRAINER_YAML``): the loop's defaults, for
+    callers that build a trainer config themselves (``mrgrpo eval``, ``mrgrpo.learn``)."""
+    from omegaconf import OmegaConf
+
+    if not TRAINER_YAML.is_file():
+        raise FileNotFoundError(f"{TRAINER_YAML} not found: the agent loop's settings live in its mrgrpo.agent_loop "
+                                "section (run from a checkout of mrgrpo)")
+    return dict(OmegaConf.to_container(OmegaConf.load(TRAINER_YAML).mrgrpo.agent_loop))
+
 
 class State(str, Enum):
     START = "start"
@@ -106,7 +74,7 @@ class State(str, Enum):
 
 # --------------------------------------------------------------------------------------------------
 # Sandbox seam: everything the loop needs from mrgrpo.sandbox goes through `_sandbox_module()`.
-# Tests replace this one function with a fake module (Job, run_async, Verdict).
+# Tests replace this one function with a fake module (Job, Limits, run_async).
 # --------------------------------------------------------------------------------------------------
 
 
@@ -121,9 +89,6 @@ _SEMAPHORE_KEY: tuple[int, int] | None = None  # (id of the event loop, bound)
 def sandbox_semaphore(bound: int) -> asyncio.Semaphore:
     """The per-process semaphore bounding concurrent sandbox jobs (one per event loop and bound)."""
     global _SEMAPHORE, _SEMAPHORE_KEY
-    env = os.environ.get("MRGRPO_SANDBOX_CONCURRENCY")
-    if env:
-        bound = int(env)
     if bound < 1:
         raise ValueError(f"sandbox concurrency must be >= 1, got {bound}")
     key = (id(asyncio.get_running_loop()), bound)
@@ -161,30 +126,6 @@ def parse_public_tests(extra_info: dict) -> TestSet:
     if len(tests) and (extra_info.get("io_mode") == "call") != (tests.fn_name is not None):
         raise ValueError(f"{where}: io_mode {extra_info.get('io_mode')!r} but fn_name {tests.fn_name!r}")
     return tests
-
-
-def _tail(text: str, limit: int) -> str:
-    text = text or ""
-    return text if len(text) <= limit else f"[... {len(text) - limit} characters cut]\n" + text[-limit:]
-
-
-def _show(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-
-
-_VERDICT_TEXT = {
-    "WA": "WA (wrong answer)",
-    "RE": "RE (runtime error)",
-    "TLE": "TLE (time limit exceeded)",
-    "MLE": "MLE (memory limit exceeded)",
-    "OLE": "OLE (output limit exceeded)",
-    "SE": "SE (syntax error)",
-    "NO_CODE": "NO_CODE (no ```python code block found in your answer)",
-}
-
-
-def _verdict_name(verdict: Any) -> str:
-    return str(getattr(verdict, "value", verdict))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -226,46 +167,31 @@ class Trajectory:
 
 
 class PlanCodeAgentLoop(AgentLoopBase):
-    """Plan -> code -> public-test feedback -> code ... (see the module docstring).
+    """Plan -> code -> public-test feedback -> code ... (docs/architecture.md, "The agent loop").
 
-    Constructor kwargs come from the agent-loop yaml; a non-null ``mrgrpo.agent_loop.<name>`` in the
-    trainer config overrides the yaml value (the run script sets them); ``extra_info.plan_source`` of a
-    row overrides ``plan_source`` for that row.
+    Settings: ``mrgrpo.agent_loop.*`` of the trainer config (``SETTINGS``, defaults in ``TRAINER_YAML``); a row's
+    ``extra_info.plan_source`` overrides ``plan_source`` for that row.
     """
 
-    def __init__(
-        self,
-        *args,
-        rounds: int = 2,
-        plan_source: str = "self",
-        plan_max_tokens: int | None = None,
-        min_turn_tokens: int = 32,
-        feedback_max_chars: int = 400,
-        feedback_stderr_chars: int = 400,
-        sandbox_concurrency: int = 8,
-        sandbox_time_s: float | None = None,
-        sandbox_wall_s: float | None = None,
-        **kwargs,
-    ):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        overrides = self.config.get("mrgrpo", {}) or {}
-        overrides = overrides.get("agent_loop", {}) or {}
-
-        def pick(name: str, default: Any) -> Any:
-            value = overrides.get(name, None)
-            return default if value is None else value
-
-        self.rounds = int(pick("rounds", rounds))
-        self.plan_source = str(pick("plan_source", plan_source))
-        self.plan_max_tokens = pick("plan_max_tokens", plan_max_tokens)
-        self.min_turn_tokens = int(pick("min_turn_tokens", min_turn_tokens))
-        self.feedback_max_chars = int(pick("feedback_max_chars", feedback_max_chars))
-        self.feedback_stderr_chars = int(pick("feedback_stderr_chars", feedback_stderr_chars))
-        self.sandbox_concurrency = int(pick("sandbox_concurrency", sandbox_concurrency))
+        section = (self.config.get("mrgrpo") or {}).get("agent_loop") or {}
+        missing = [k for k in SETTINGS if k not in section]
+        if missing:
+            raise KeyError(f"PlanCodeAgentLoop: the trainer config has no mrgrpo.agent_loop.{{{','.join(missing)}}}; "
+                           f"compose it from {TRAINER_YAML.name} (recipe/mrgrpo/config), whose mrgrpo.agent_loop "
+                           "section holds every setting's default")
+        self.rounds = int(section["rounds"])
+        self.plan_source = str(section["plan_source"])
+        self.plan_max_tokens = section["plan_max_tokens"]
+        self.min_turn_tokens = int(section["min_turn_tokens"])
+        self.feedback_max_chars = int(section["feedback_max_chars"])
+        self.feedback_stderr_chars = int(section["feedback_stderr_chars"])
+        self.sandbox_concurrency = int(section["sandbox_concurrency"])
         # Per-test limits of the public-test runs (null: mrgrpo.sandbox.Limits defaults; the reward has its own
         # reward_kwargs time_s / wall_s for the hidden tests).
-        limits = {k: pick(f"sandbox_{k}", v) for k, v in (("time_s", sandbox_time_s), ("wall_s", sandbox_wall_s))}
-        self.sandbox_limits = {k: float(v) for k, v in limits.items() if v is not None}
+        self.sandbox_limits = {k: float(section[f"sandbox_{k}"]) for k in ("time_s", "wall_s")
+                               if section[f"sandbox_{k}"] is not None}
         if self.min_turn_tokens < 1:
             raise ValueError(f"PlanCodeAgentLoop: min_turn_tokens must be >= 1, got {self.min_turn_tokens}")
         if self.rounds < 0:
@@ -314,7 +240,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
             while state is not State.DONE:
                 state = await self._HANDLERS[state](self, traj)
             output = self._output(traj)
-        except Exception as exc:  # one bad trajectory must not vanish from the batch: see the docstring
+        except Exception as exc:  # one bad trajectory must not vanish from the batch: see `run`
             logger.exception("mrgrpo: trajectory of row %s failed in state %s", extra_info.get("source_id", "?"),
                              state.value)
             _consecutive_errors += 1
@@ -383,7 +309,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
         else:
             result = await self._run_sandbox(t, tests)
             t.last_result = result
-            verdict = _verdict_name(result.verdict)
+            verdict = result.verdict.value
             self._record(t, verdict)
             if verdict == "INFRA":
                 logger.warning("mrgrpo: sandbox INFRA on public tests (%s); ending the trajectory", result.detail)
@@ -515,27 +441,18 @@ class PlanCodeAgentLoop(AgentLoopBase):
         return result
 
     def feedback_message(self, result: Any, tests: TestSet) -> str:
-        """The bounded user turn after a failed attempt: verdict, failing input, expected vs got, stderr tail."""
-        limit = self.feedback_max_chars
+        """The user turn after a failed attempt (`mrgrpo.prompts.feedback_turn`) for the sandbox's ``result`` on the
+        public ``tests`` (None: the answer had no program)."""
+        limits = {"max_chars": self.feedback_max_chars, "stderr_chars": self.feedback_stderr_chars}
         if result is None:
-            failure = {"verdict": _VERDICT_TEXT["NO_CODE"]}
-        else:
-            verdict = _verdict_name(result.verdict)
-            failing = next((r for r in result.tests if _verdict_name(r.verdict) != "AC"), None)
-            failure = {"verdict": _VERDICT_TEXT.get(verdict, verdict)}
-            if failing is not None and 0 <= failing.index < len(tests.inputs):
-                failure["input"] = _show(tests.inputs[failing.index])
-                failure["expected"] = _show(tests.outputs[failing.index])
-                if _verdict_name(failing.verdict) == "WA":
-                    failure["got"] = failing.stdout
-                failure["stderr"] = _tail(failing.stderr or "", self.feedback_stderr_chars)
-            elif result.detail:  # no test ran (e.g. a syntax error): the sandbox's detail is the only message
-                failure["stderr"] = _tail(result.detail, self.feedback_stderr_chars)
-        message = prompts.build_feedback_prompt([failure], n_shown=1, max_chars=limit)
-        hard_cap = 6 * limit + 1000
-        if len(message) > hard_cap:
-            raise RuntimeError(f"feedback message of {len(message)} characters exceeds its bound {hard_cap}")
-        return message
+            return prompts.feedback_turn("NO_CODE", tests.inputs, tests.outputs, **limits)
+        failing = next((r for r in result.tests if r.verdict.value != "AC"), None)
+        if failing is None:
+            return prompts.feedback_turn(result.verdict.value, tests.inputs, tests.outputs, detail=result.detail,
+                                         **limits)
+        return prompts.feedback_turn(result.verdict.value, tests.inputs, tests.outputs, failing.index,
+                                     failing_verdict=failing.verdict.value, stdout=failing.stdout,
+                                     stderr=failing.stderr, detail=result.detail, **limits)
 
     async def _error_output(self, t: Trajectory, exc: Exception) -> AgentLoopOutput:
         """The typed outcome of a trajectory that raised: what was generated stays, every response token is

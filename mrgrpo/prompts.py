@@ -10,12 +10,14 @@ Turns of the plan -> code -> feedback loop:
 - ``SYSTEM_PROMPT`` + ``build_user_prompt(...)``: the first user turn, with the plan when there is one.
 - ``build_plan_turn_prompt(...)``: asks the policy itself for a plan (no code), when the row has none.
 - ``CODE_AFTER_PLAN_PROMPT``: the user turn that follows a policy-written plan.
-- ``build_feedback_prompt(...)``: the user turn after a failed attempt on the public tests.
+- ``feedback_turn(...)``: the user turn after a failed attempt on the public tests (what the agent loop sends),
+  worded by ``build_feedback_prompt(...)``.
 - ``plan_request_messages(problem)``: what the plan-writing (teacher) model is sent.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -155,6 +157,70 @@ def build_feedback_prompt(failures: Sequence[dict[str, Any]], n_shown: int, max_
         lines.append("")
     lines.append(FEEDBACK_FOOTER)
     return "\n".join(lines)
+
+
+# How each failing verdict is named to the policy (AC and INFRA never reach feedback).
+VERDICT_TEXT = {
+    "WA": "WA (wrong answer)",
+    "RE": "RE (runtime error)",
+    "TLE": "TLE (time limit exceeded)",
+    "MLE": "MLE (memory limit exceeded)",
+    "OLE": "OLE (output limit exceeded)",
+    "SE": "SE (syntax error)",
+    "NO_CODE": "NO_CODE (no ```python code block found in your answer)",
+}
+
+
+def _tail(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"[... {len(text) - limit} characters cut]\n" + text[-limit:]
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+
+
+def feedback_turn(
+    verdict: str,
+    inputs: Sequence[Any],
+    outputs: Sequence[Any],
+    failing_index: int | None = None,
+    *,
+    failing_verdict: str = "",
+    stdout: str = "",
+    stderr: str = "",
+    detail: str = "",
+    max_chars: int = 400,
+    stderr_chars: int = 400,
+) -> str:
+    """The user turn after a failed attempt on the public tests ``inputs`` / ``outputs`` (decoded, as in
+    `mrgrpo.testset.TestSet`).
+
+    ``verdict`` is the attempt's (``NO_CODE`` when the answer had no program and nothing ran);
+    ``failing_index`` / ``failing_verdict`` / ``stdout`` / ``stderr`` describe the first test that failed. The turn
+    shows the verdict, that test's input and expected output, the program's output when the test's verdict is
+    WA, and the tail of its stderr (``stderr_chars``); with no failing test (e.g. a syntax error), the sandbox's
+    ``detail`` stands in for stderr. Each field is cut to ``max_chars``.
+
+        >>> text = feedback_turn("WA", ["1\\n"], ["2\\n"], 0, failing_verdict="WA", stdout="3\\n")
+        >>> text.splitlines()[:4]
+        ['Your solution failed 1 of the 1 public test(s) shown below.', '', 'Test 1: WA (wrong answer)', 'Input:']
+        >>> "Your output:" in feedback_turn("RE", ["1\\n"], ["2\\n"], 0, failing_verdict="RE", stderr="boom")
+        False
+    """
+    failure = {"verdict": VERDICT_TEXT.get(verdict, verdict)}
+    if failing_index is not None and 0 <= failing_index < len(inputs):
+        failure["input"] = _show(inputs[failing_index])
+        failure["expected"] = _show(outputs[failing_index])
+        if failing_verdict == "WA":
+            failure["got"] = stdout
+        failure["stderr"] = _tail(stderr or "", stderr_chars)
+    elif detail:  # no test ran (e.g. a syntax error): the sandbox's detail is the only message
+        failure["stderr"] = _tail(detail, stderr_chars)
+    message = build_feedback_prompt([failure], n_shown=1, max_chars=max_chars)
+    hard_cap = 6 * max_chars + 1000
+    if len(message) > hard_cap:
+        raise RuntimeError(f"feedback message of {len(message)} characters exceeds its bound {hard_cap}")
+    return message
 
 
 def _field(problem: Any, name: str, default: Any = None) -> Any:

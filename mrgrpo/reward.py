@@ -3,6 +3,11 @@
 Use it with `reward.custom_reward_function.path=pkg://mrgrpo.reward` (name `compute_score`, or
 `compute_score_async` to run on verl's event loop); `reward.custom_reward_function.reward_kwargs` become the
 keyword arguments below.
+
+The score is a weighted sum of named terms (``TERMS``), each a function below with its formula:
+``score = sum(<name>_weight * <name>_term)`` (`weighted_score`). A new term is one function ``<name>_term``, one
+``<name>_weight`` default in ``_DEFAULTS`` (0.0 keeps the score as it was) and one entry where `_Call.finish`
+computes the terms.
 """
 
 from __future__ import annotations
@@ -42,17 +47,55 @@ def build_job(ground_truth, code: str, *, all_tests: bool = False, limits: Limit
     return tests.job(code, stop_on_first_failure=not all_tests, limits=limits)
 
 
-def _program(solution_str: str, extra_info: dict | None) -> tuple[str | None, bool]:
-    """(program or None, format_ok). The agent loop's `final_code` wins; else the last fenced python block."""
+def _program(solution_str: str, extra_info: dict | None) -> str | None:
+    """The program to run, or None. The agent loop's `final_code` wins (empty: None); else the last fenced python
+    block of the response."""
     if extra_info and extra_info.get("final_code") is not None:
         code = str(extra_info["final_code"])
-        return (code if code.strip() else None), bool(code.strip())
-    code = extract_code(solution_str or "")
-    return code, code is not None
+        return code if code.strip() else None
+    return extract_code(solution_str or "")
+
+
+# The score's terms, in the order they are summed; the weight of each is the reward kwarg ``<name>_weight``.
+TERMS = ("correctness", "format", "length")
+
+
+def pass_rate(result: ExecResult) -> float:
+    """``passed / total`` of a sandbox result (0.0 with no tests). With ``stop_on_first_failure`` it counts the
+    tests before the first failure.
+
+        >>> pass_rate(ExecResult(Verdict.WA, passed=3, total=4, tests=(), time_s=0.0, detail=""))
+        0.75
+    """
+    return result.passed / result.total if result.total else 0.0
+
+
+def correctness_term(result: ExecResult, partial_credit: bool = False) -> float:
+    """``acc`` = 1.0 if the program passed every hidden test (verdict AC), else 0.0; with ``partial_credit``,
+    `pass_rate` instead (``compute_score`` then runs every test).
+
+        >>> wa = ExecResult(Verdict.WA, passed=3, total=4, tests=(), time_s=0.0, detail="")
+        >>> correctness_term(wa), correctness_term(wa, partial_credit=True)
+        (0.0, 0.75)
+    """
+    if partial_credit:
+        return pass_rate(result)
+    return 1.0 if result.verdict is Verdict.AC else 0.0
+
+
+def format_term(program: str | None) -> float:
+    """1.0 if the answer has a program to run (the agent loop's non-empty ``final_code``, else a closed python
+    fence of the response, `mrgrpo.code_extract`), else 0.0.
+
+        >>> format_term("print(1)"), format_term(None)
+        (1.0, 0.0)
+    """
+    return 1.0 if program is not None else 0.0
 
 
 def length_term(model_tokens: int, target_tokens: int) -> float:
-    """1 up to ``target_tokens`` of the model's own tokens, then linearly down to 0 at twice as many.
+    """1 up to ``target_tokens`` of the model's own tokens, then linearly down to 0 at twice as many:
+    ``clip(2 - model_tokens / target_tokens, 0, 1)``.
 
     Counts only what the policy generated (the agent loop's ``model_tokens``, mask 1), never the injected feedback
     turns, so the same answer scores the same after a feedback round as in a single turn.
@@ -63,6 +106,16 @@ def length_term(model_tokens: int, target_tokens: int) -> float:
     if model_tokens <= target_tokens:
         return 1.0
     return max(0.0, 1.0 - (model_tokens - target_tokens) / target_tokens)
+
+
+def weighted_score(terms: dict[str, float], weights: dict[str, float]) -> float:
+    """``sum(weights[name] * value for name, value in terms)``, in the order of ``terms``; every term needs a weight.
+
+        >>> weighted_score({"correctness": 1.0, "format": 1.0, "length": 0.5},
+        ...                {"correctness": 0.7, "format": 0.2, "length": 0.1})  # the original mrGRPO's weights
+        0.95
+    """
+    return sum(float(weights[name]) * value for name, value in terms.items())
 
 
 class _Call:
@@ -76,7 +129,7 @@ class _Call:
                             f"known: {sorted(_DEFAULTS)}")
         opts = {**_DEFAULTS, **{k: v for k, v in kwargs.items() if k in _DEFAULTS}}
         self.opts = opts
-        self.code, self.format_ok = _program(solution_str, extra_info)
+        self.code = _program(solution_str, extra_info)
         model_tokens = (extra_info or {}).get("model_tokens")
         if model_tokens is None:
             if float(opts["length_weight"]) != 0.0:
@@ -104,25 +157,26 @@ class _Call:
             logger.warning("mrgrpo.reward: INFRA (%s); scored %s", result.detail[:300], opts["infra_score"])
             if broken:
                 raise SandboxBroken(f"{_consecutive_infra} INFRA results in a row; last: {result.detail}")
-        acc = 1.0 if result.verdict is Verdict.AC else 0.0
-        pass_rate = result.passed / total if total else 0.0
-        correctness = pass_rate if opts["partial_credit"] else acc
-        format_ok = 1.0 if self.format_ok else 0.0
+        acc = correctness_term(result)
+        terms = {
+            "correctness": correctness_term(result, bool(opts["partial_credit"])),
+            "format": format_term(self.code),
+            "length": self.length_term,
+        }
         if infra:
             score = float(opts["infra_score"])
         else:
-            score = (float(opts["correctness_weight"]) * correctness + float(opts["format_weight"]) * format_ok
-                     + float(opts["length_weight"]) * self.length_term)
+            score = weighted_score(terms, {name: opts[f"{name}_weight"] for name in TERMS})
         return {
             "score": score,
             "acc": acc,
-            "pass_rate": pass_rate,
+            "pass_rate": pass_rate(result),
             "verdict": result.verdict.value,
             "num_tests": total,
             "num_passed": result.passed,
             "time_s": result.time_s,
-            "format_ok": format_ok,
-            "has_code": 1.0 if self.code is not None else 0.0,
+            "format_ok": terms["format"],
+            "has_code": terms["format"],
             "length_term": self.length_term,
             "infra": 1.0 if infra else 0.0,
             **sample_stats(self.extra_info, acc=acc, infra=1.0 if infra else 0.0),
@@ -161,8 +215,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
         extra_info: the dataset row's extra_info (verl adds rollout fields to it).
         **kwargs: ``reward_kwargs`` from the verl config:
             correctness_weight (1.0), format_weight (0.0), length_weight (0.0): the score is
-                ``correctness_weight * correctness + format_weight * format_ok + length_weight * length_term``
-                (the original mrGRPO used 0.7 / 0.2 / 0.1);
+                ``correctness_weight * correctness_term + format_weight * format_term + length_weight * length_term``
+                (`weighted_score` of ``TERMS``; the original mrGRPO used 0.7 / 0.2 / 0.1);
             partial_credit (False): correctness is the pass rate over all tests instead of ``acc``
                 (runs every test); all_tests (False): run every test without changing the score;
             length_target_tokens (2048): ``length_term`` (`length_term`) is 1 up to this many of the model's own

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from pathlib import Path
 
 import hydra
 import pytest
@@ -22,6 +23,7 @@ from verl.workers.rollout.replica import TokenOutput
 import mrgrpo.agent_loop as al
 from mrgrpo import prompts
 from mrgrpo.code_extract import extract_code
+from mrgrpo.data.build import AGENT_NAME
 from mrgrpo.sandbox import ExecResult, Job, Limits, TestResult, Verdict
 from mrgrpo.testset import TestSet
 
@@ -31,6 +33,7 @@ GOOD = "```python\nprint(int(input()) + 1)\n```"
 BAD = "```python\nprint(int(input()))\n```"
 CRASH = "```python\nprint(1 // 0)\n```"
 PUBLIC = {"inputs": ["1\n", "5\n"], "outputs": ["2\n", "6\n"]}
+TRAINER_YAML = Path(__file__).resolve().parents[1] / "recipe" / "mrgrpo" / "config" / "mrgrpo_trainer.yaml"
 
 
 # ------------------------------------------------------------------ fakes
@@ -97,7 +100,15 @@ class FakeSandbox:
 
 
 # ------------------------------------------------------------------ helpers
-def make_config(response_length=512, prompt_length=1024, enable_thinking=False, **mrgrpo_overrides):
+def recipe_loop_settings() -> dict:
+    """The recipe trainer yaml's ``mrgrpo.agent_loop`` section: the loop's only defaults, so these tests follow it."""
+    return OmegaConf.to_container(OmegaConf.load(TRAINER_YAML).mrgrpo.agent_loop)
+
+
+def make_config(response_length=512, prompt_length=1024, enable_thinking=False, **settings):
+    """A trainer config as the loop sees it: the recipe's ``mrgrpo.agent_loop`` section with ``settings`` on top."""
+    unknown = set(settings) - set(recipe_loop_settings())
+    assert not unknown, f"not settings of the recipe yaml: {unknown}"
     return OmegaConf.create(
         {
             "actor_rollout_ref": {
@@ -105,15 +116,16 @@ def make_config(response_length=512, prompt_length=1024, enable_thinking=False, 
                             "full_determinism": False}
             },
             "data": {"apply_chat_template_kwargs": {"enable_thinking": enable_thinking}},
-            "mrgrpo": {"agent_loop": {k: v for k, v in mrgrpo_overrides.items()}},
+            "mrgrpo": {"agent_loop": {**recipe_loop_settings(), **settings}},
         }
     )
 
 
-def make_loop(tokenizer, server, cfg=None, **kwargs):
+def make_loop(tokenizer, server, cfg=None, **settings):
+    """The loop on ``cfg`` (default `make_config()`), with ``settings`` (``mrgrpo.agent_loop.*``) set on it."""
     cfg = cfg if cfg is not None else make_config()
-    if cfg.mrgrpo.agent_loop.get("plan_source") is None:
-        kwargs.setdefault("plan_source", "teacher")  # these tests name the plan source they exercise
+    for key, value in settings.items():
+        cfg.mrgrpo.agent_loop[key] = value
     return al.PlanCodeAgentLoop(
         trainer_config=DictConfigWrap(cfg),
         server_manager=server,
@@ -122,7 +134,6 @@ def make_loop(tokenizer, server, cfg=None, **kwargs):
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(cfg.data),
         hf_model_type="qwen3",
-        **kwargs,
     )
 
 
@@ -194,7 +205,7 @@ def test_pass_first_try_teacher_plan(tiny_tokenizer, sandbox):
     tok = tiny_tokenizer
     server = FakeServer(tok, [GOOD])
     row = make_row(plan=PLAN)
-    out = run(make_loop(tok, server), row)
+    out = run(make_loop(tok, server, plan_source="teacher"), row)
     check_accounting(tok, out, server)
     assert out.prompt_ids == initial_ids(tok, row["raw_prompt"])
     assert out.response_mask == [1] * len(out.response_ids)
@@ -469,7 +480,6 @@ def test_sandbox_concurrency_is_bounded_and_non_blocking(tiny_tokenizer, monkeyp
     tok = tiny_tokenizer
     box = FakeSandbox({GOOD: "AC"}, delay=0.05)
     monkeypatch.setattr(al, "_sandbox_module", lambda: box)
-    monkeypatch.delenv("MRGRPO_SANDBOX_CONCURRENCY", raising=False)
     loops = [make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none", sandbox_concurrency=2) for _ in range(6)]
     params = {"temperature": 1.0, "logprobs": True}
 
@@ -483,8 +493,9 @@ def test_sandbox_concurrency_is_bounded_and_non_blocking(tiny_tokenizer, monkeyp
 
 def test_instantiated_from_the_recipe_yaml(tiny_tokenizer, repo_root):
     entries = OmegaConf.load(repo_root / "recipe/mrgrpo/config/agent_loop.yaml")
-    (entry,) = [e for e in entries if e.name == al.AGENT_NAME]
+    (entry,) = [e for e in entries if e.name == AGENT_NAME]
     assert entry._target_ == "mrgrpo.agent_loop.PlanCodeAgentLoop"
+    assert set(entry) == {"name", "_target_"}  # the class only: the settings live in the trainer yaml
     entry = OmegaConf.create({k: v for k, v in entry.items() if k != "name"})
     cfg = make_config(rounds=5)
     loop = hydra.utils.instantiate(
@@ -499,8 +510,20 @@ def test_instantiated_from_the_recipe_yaml(tiny_tokenizer, repo_root):
         tools=ToolListWrap([]),
     )
     assert isinstance(loop, al.PlanCodeAgentLoop)
-    assert loop.rounds == 5  # trainer-config override wins over the yaml's 2
-    assert loop.plan_source == "self" and loop.min_turn_tokens == 32  # from the yaml
+    assert loop.rounds == 5  # an override of the trainer config
+    assert loop.plan_source == "self" and loop.min_turn_tokens == 32  # the trainer yaml's defaults
+    assert al.recipe_settings() == recipe_loop_settings() and set(al.SETTINGS) == set(recipe_loop_settings())
+
+
+def test_a_missing_setting_names_the_trainer_yaml(tiny_tokenizer):
+    cfg = make_config()
+    del cfg.mrgrpo.agent_loop["min_turn_tokens"]
+    with pytest.raises(KeyError, match=r"mrgrpo\.agent_loop\.\{min_turn_tokens\}.*mrgrpo_trainer\.yaml"):
+        make_loop(tiny_tokenizer, object(), cfg=cfg)
+    no_section = make_config()
+    del no_section["mrgrpo"]
+    with pytest.raises(KeyError, match="rounds,plan_source"):
+        make_loop(tiny_tokenizer, object(), cfg=no_section)
 
 
 def test_bad_settings_raise(tiny_tokenizer):

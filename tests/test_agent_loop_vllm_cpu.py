@@ -119,13 +119,15 @@ class VllmServer(SyncVllmServer):
 
 
 # ------------------------------------------------------------------ loop harness
-def make_loop(tok, server, response_length, **loop_kwargs):
+def make_loop(tok, server, response_length, **settings):
+    """The loop on the recipe's ``mrgrpo.agent_loop`` settings with ``settings`` on top."""
     cfg = OmegaConf.create(
         {
             "actor_rollout_ref": {
                 "rollout": {"prompt_length": 2048, "response_length": response_length, "full_determinism": False}
             },
             "data": {"apply_chat_template_kwargs": {"enable_thinking": False}},
+            "mrgrpo": {"agent_loop": {**al.recipe_settings(), **settings}},
         }
     )
     return al.PlanCodeAgentLoop(
@@ -136,7 +138,6 @@ def make_loop(tok, server, response_length, **loop_kwargs):
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(cfg.data),
         hf_model_type="qwen3",
-        **loop_kwargs,
     )
 
 

@@ -101,3 +101,17 @@ def test_leak_by_long_common_substring():
     plan = GOOD + " Finally return sorted(set(s.lower().replace('-', '').split()), key=... by length."
     r = check_plan(plan, ref)
     assert not r.ok and r.reason.startswith("leak:")
+
+
+def test_the_documented_examples_hold():
+    import doctest
+
+    result = doctest.testmod(prompts)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+def test_feedback_turn_shows_the_sandbox_detail_when_no_test_ran():
+    text = prompts.feedback_turn("SE", ["1\n"], ["2\n"], detail="SyntaxError: invalid syntax (line 1)")
+    assert "Test 1: SE (syntax error)" in text and "SyntaxError: invalid syntax" in text and "Input:" not in text
+    cut = prompts.feedback_turn("RE", ["1\n"], ["2\n"], 0, failing_verdict="RE", stderr="x" * 1000, stderr_chars=10)
+    assert "[... 990 characters cut]\nxxxxxxxxxx" in cut and "Your output:" not in cut

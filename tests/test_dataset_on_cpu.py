@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
@@ -59,8 +60,17 @@ def test_no_adjust_keeps_prompts(parquet_path, tiny_tokenizer, tmp_path):
     row = ds[0]
     assert row["raw_prompt"][0]["role"] == "system" and row["raw_prompt"][0]["content"] != NEW_SYSTEM
     assert row["agent_name"] == "plan_code"
-    assert json.loads(row["extra_info"]["public_tests"])["inputs"] is not None
-    assert ds[5]["raw_prompt"][0]["role"] == "user"
+    written = pq.read_table(parquet_path).to_pylist()
+    for i in range(len(ds)):
+        # plan_source none on rows without a plan: every prompt is the one the build wrote, message for message
+        # (row 5 was written without a system message and stays without one)
+        assert ds[i]["raw_prompt"] == written[i]["prompt"]
+        # the public tests travel unchanged: the first n_public tests of the problem
+        assert ds[i]["extra_info"]["public_tests"] == written[i]["extra_info"]["public_tests"]
+    assert [m["role"] for m in ds[5]["raw_prompt"]] == ["user"]
+    first = written[0]["extra_info"]
+    pub, hidden = json.loads(first["public_tests"]), json.loads(written[0]["reward_model"]["ground_truth"])
+    assert len(pub["inputs"]) == 1 and len(hidden["inputs"]) == first["num_tests"] >= 1
 
 
 @pytest.mark.parametrize("as_file", [False, True])
@@ -107,7 +117,7 @@ def test_marker_printed_once_per_process(parquet_path, tiny_tokenizer, tmp_path,
     mrgrpo.marker._seen.clear()
     MrGRPODataset(str(parquet_path), tiny_tokenizer, make_config(cache_dir=str(tmp_path)))
     MrGRPODataset(str(parquet_path), tiny_tokenizer, make_config(cache_dir=str(tmp_path)))
-    assert capsys.readouterr().out.count("MRGRPO_MARKER component=dataset pid=") == 1
+    assert capsys.readouterr().err.count("MRGRPO_MARKER component=dataset pid=") == 1
 
 
 def test_resolve_sys_prompt(tmp_path):

@@ -141,3 +141,18 @@ def test_sync_call_from_inside_an_event_loop_and_async_variant():
 
     sync, many = asyncio.run(main())
     assert sync["acc"] == 1.0 and all(r["acc"] == 1.0 for r in many)
+
+
+def test_the_documented_examples_hold():
+    """The doctests of the score's terms and of compute_score (the marker line goes to stderr, not into them)."""
+    import doctest
+
+    result = doctest.testmod(reward, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 8 and result.failed == 0
+
+
+def test_every_term_has_a_weight_kwarg():
+    """Every term has a ``<name>_weight`` reward kwarg; the defaults weigh correctness only."""
+    assert {f"{name}_weight" for name in reward.TERMS} <= set(reward._DEFAULTS)
+    r = compute_score("apps_plus", fenced(GOOD), GT, format_weight=0.2, correctness_weight=0.7)
+    assert r["score"] == reward.weighted_score({"correctness": 1.0, "format": 1.0}, {"correctness": 0.7, "format": 0.2})

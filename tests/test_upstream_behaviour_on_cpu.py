@@ -119,10 +119,13 @@ def test_every_ct_helper_the_loop_calls_is_in_the_table():
     assert used and used <= {name for name, _ in upstream.CT_HELPERS}, used
 
 
-def test_plugin_table_and_ours_agree():
-    """mrgrpo.plugin keeps its own list of the wiring; every config key there has a row in mrgrpo upstream."""
+def test_the_verl_pin_is_read_from_the_package_metadata(monkeypatch, caplog):
+    """mrgrpo.plugin warns against the pin in mrgrpo's metadata, the same one REQUIRED_VERL.txt holds."""
     from mrgrpo import plugin
 
-    ours = {p.key for p in upstream.POINTS}
-    for key, _target in plugin.EXTENSION_POINTS.values():
-        assert key in ours, f"{key} (mrgrpo.plugin.EXTENSION_POINTS) has no row in mrgrpo.upstream.POINTS"
+    v = upstream.versions()
+    assert upstream.pinned_verl() == v["metadata"] == v["pin_file"]
+    real = upstream.metadata.version
+    monkeypatch.setattr(upstream.metadata, "version", lambda name: "0.0.1" if name == "verl" else real(name))
+    plugin._check_verl_version()
+    assert f"pinned to verl=={v['pin_file']} but verl==0.0.1 is installed" in caplog.text

@@ -34,7 +34,7 @@ class ReferenceRunner(Protocol):
     def run_many(self, jobs: Sequence[RefJob], progress: bool = False) -> list[RefOutcome]: ...
 
 
-def _failure_detail(result) -> str:
+def _reference_failure(result) -> str:
     """The sandbox's own message plus the stderr tail of the first failing test (if not already in it)."""
     detail = getattr(result, "detail", "") or ""
     for t in result.tests:
@@ -92,7 +92,7 @@ class SandboxRunner:
                 passed=int(r.passed),
                 total=int(r.total),
                 time_s=float(r.time_s),
-                detail="" if str(getattr(r.verdict, "value", r.verdict)) == "AC" else _failure_detail(r),
+                detail="" if str(getattr(r.verdict, "value", r.verdict)) == "AC" else _reference_failure(r),
             )
             for r in results
         ]

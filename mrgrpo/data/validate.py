@@ -11,10 +11,8 @@ import ast
 import builtins
 import dataclasses
 import re
-import time
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +50,6 @@ class ValidateResult:
     problems: list[dict]
     quarantined: list[dict]
     reference_runs: int = 0  # runs done now (not from the cache)
-    seconds: float = 0.0
-    skipped: bool = False
-    reasons: Counter = field(default_factory=Counter)
 
 
 # ---------------------------------------------------------------- flags
@@ -227,7 +222,6 @@ def validate(
     progress: bool = False,
 ) -> ValidateResult:
     """Run stage 1 (no stage-state check here: see ``pipeline.run_validate``)."""
-    t0 = time.perf_counter()
     out_dir = Path(out_dir)
     kept: list[tuple[str, Problem, list[str]]] = []  # (where, problem, flags)
     quarantined: list[dict] = []
@@ -326,5 +320,4 @@ def validate(
         )
         problems.append(row)
 
-    reasons = Counter(q["reason"] for q in quarantined)
-    return ValidateResult(problems, quarantined, n_runs, time.perf_counter() - t0, reasons=reasons)
+    return ValidateResult(problems, quarantined, n_runs)

@@ -32,7 +32,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--k", default="1,5,10", help="comma-separated k values, each <= n (default 1,5,10)")
     p.add_argument("--plan-source", choices=("none", "self", "teacher"), default="self",
                    help="who writes the plan (default self; a row's extra_info.plan_source overrides it)")
-    p.add_argument("--rounds", type=int, default=None, help="feedback rounds K (default: the agent-loop yaml's, 2)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="feedback rounds K (default: mrgrpo.agent_loop.rounds of the recipe's trainer yaml, 2)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling top_p (default 1.0)")
     p.add_argument("--top-k", type=int, default=-1, help="top_k (default -1: off)")
@@ -160,10 +161,9 @@ def main(argv: list[str] | None = None) -> int:
 def settings_info(settings, **extra) -> dict:
     from dataclasses import asdict
 
-    from mrgrpo.eval.run import agent_loop_entry
+    from mrgrpo.eval.run import trainer_config
 
-    entry = agent_loop_entry(settings.agent_loop_config)
-    rounds = settings.rounds if settings.rounds is not None else int(entry.get("rounds", 2))
+    rounds = int(trainer_config(settings).mrgrpo.agent_loop.rounds)
     return json.loads(json.dumps({**asdict(settings), "rounds_effective": rounds, **extra}, default=str))
 
 

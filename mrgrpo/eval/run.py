@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mrgrpo.code_extract import extract_code
+from mrgrpo.data.build import AGENT_NAME
 
 DEFAULT_AGENT_LOOP_YAML = Path(__file__).resolve().parents[2] / "recipe" / "mrgrpo" / "config" / "agent_loop.yaml"
-AGENT_NAME = "plan_code"
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,14 @@ class EvalSettings:
     top_p: float = 1.0
     top_k: int = -1
     plan_source: str = "self"
-    rounds: int | None = None  # None: the agent-loop yaml's value
+    rounds: int | None = None  # None: the recipe trainer yaml's mrgrpo.agent_loop.rounds
     max_prompt_length: int = 2048
     max_response_length: int = 4096
     limit: int = -1
     concurrency: int = 256
     enable_thinking: bool = False
     logprobs: bool = False
-    agent_loop_config: str | None = None  # the agent-loop yaml; None: the recipe's if present, else class defaults
+    agent_loop_config: str | None = None  # the agent-loop yaml (names the class); None: the recipe's
     reward_kwargs: dict = field(default_factory=dict)  # reward.custom_reward_function.reward_kwargs of the run
 
     def __post_init__(self):
@@ -82,8 +82,11 @@ class SampleRecord:
 
 
 def trainer_config(settings: EvalSettings):
-    """The part of verl's trainer config that the loop and the dataset read, as the recipe sets it."""
+    """The part of verl's trainer config that the loop and the dataset read, as the recipe sets it (the loop's
+    settings: the recipe trainer yaml's ``mrgrpo.agent_loop``, with this run's plan source and rounds)."""
     from omegaconf import OmegaConf
+
+    from mrgrpo.agent_loop import recipe_settings
 
     chat_kwargs = {"enable_thinking": bool(settings.enable_thinking)}
     return OmegaConf.create(
@@ -110,7 +113,8 @@ def trainer_config(settings: EvalSettings):
                 "plan_source": settings.plan_source,
                 "shuffle": False,
             },
-            "mrgrpo": {"agent_loop": {"rounds": settings.rounds, "plan_source": settings.plan_source}},
+            "mrgrpo": {"agent_loop": {**recipe_settings(), "plan_source": settings.plan_source,
+                                      **({} if settings.rounds is None else {"rounds": settings.rounds})}},
         }
     )
 

@@ -156,14 +156,19 @@ class LoopSettings:
     hf_model_type: str = "qwen3"
 
     def loop_config(self):
+        """The trainer config the loop reads: the recipe's ``mrgrpo.agent_loop`` section with these settings."""
         from omegaconf import OmegaConf
 
+        from mrgrpo.agent_loop import recipe_settings
+
+        ours = {"plan_source": self.plan_source, "rounds": self.rounds, "min_turn_tokens": self.min_turn_tokens,
+                "feedback_max_chars": self.feedback_max_chars, "feedback_stderr_chars": self.feedback_stderr_chars}
         return OmegaConf.create({
             # the prompt is measured (and rows over max_prompt_length dropped) here, never cut by verl
             "actor_rollout_ref": {"rollout": {"prompt_length": 1 << 30, "response_length": self.max_response_length,
                                               "full_determinism": False}},
             "data": {"apply_chat_template_kwargs": {"enable_thinking": self.enable_thinking}},
-            "mrgrpo": {"agent_loop": {}},
+            "mrgrpo": {"agent_loop": {**recipe_settings(), **ours}},
         })
 
 
@@ -220,11 +225,6 @@ def run_loop(tokenizer, raw_prompt: list[dict], extra_info: dict, turns: Sequenc
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(cfg.data),
         hf_model_type=settings.hf_model_type,
-        rounds=settings.rounds,
-        plan_source=settings.plan_source,
-        min_turn_tokens=settings.min_turn_tokens,
-        feedback_max_chars=settings.feedback_max_chars,
-        feedback_stderr_chars=settings.feedback_stderr_chars,
     )
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
     with replayed_sandbox(sandbox):

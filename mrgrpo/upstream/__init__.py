@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+# Standard library only at module level: mrgrpo.plugin imports `pinned_verl` from here while verl/__init__ runs.
+
 PIN_FILE = "REQUIRED_VERL.txt"
 RECIPE_DIR = Path("recipe") / "mrgrpo" / "config"
 RECIPE_NAME = "mrgrpo_trainer"
@@ -261,21 +263,32 @@ def repo_root() -> Path | None:
     return None
 
 
-def _pin(text: str) -> str | None:
-    m = re.search(r"^\s*verl(?:\[[^\]]*\])?\s*==\s*([\w.+-]+)", text, re.M)
+def verl_pin(requirement: str) -> str | None:
+    """The version in a ``verl==X`` / ``verl[extra]==X`` requirement line (of several lines, the first), else None.
+
+    >>> verl_pin("verl[verl-core]==0.9.1"), verl_pin("torch==2.1"), verl_pin("verl>=0.9")
+    ('0.9.1', None, None)
+    """
+    m = re.search(r"^\s*verl(?:\[[^\]]*\])?\s*==\s*([\w.+-]+)", requirement, re.M)
     return m.group(1) if m else None
+
+
+def pinned_verl() -> str | None:
+    """The verl version mrgrpo's installed package metadata pins (pyproject's dependency); None when mrgrpo is not
+    installed."""
+    try:
+        requires = metadata.requires("mrgrpo") or []
+    except metadata.PackageNotFoundError:
+        return None
+    return next((v for v in (verl_pin(r.split(";")[0]) for r in requires) if v), None)
 
 
 def versions() -> dict[str, Any]:
     root = repo_root()
     pin_file = root / PIN_FILE if root else None
-    try:
-        requires = metadata.requires("mrgrpo") or []
-    except metadata.PackageNotFoundError:
-        requires = []
     out: dict[str, Any] = {
-        "pin_file": _pin(pin_file.read_text(encoding="utf-8")) if pin_file and pin_file.is_file() else None,
-        "metadata": next((p for p in (_pin(r.split(";")[0]) for r in requires) if p), None),
+        "pin_file": verl_pin(pin_file.read_text(encoding="utf-8")) if pin_file and pin_file.is_file() else None,
+        "metadata": pinned_verl(),
     }
     out["pinned"] = out["pin_file"] or out["metadata"]
     try:
