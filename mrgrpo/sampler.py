@@ -12,13 +12,18 @@ After verl's own sampling, for a training batch it:
    that raised: :func:`mrgrpo.metrics.row_excluded`), writes an all-zero ``response_mask`` and ``loss_mask``
    back to TransferQueue, before any log-prob, advantage or actor step reads them. Such a row is then treated
    like one of verl's own padding rows: it adds nothing to the loss, its token count leaves the loss
-   normaliser, and the ``mrgrpo_grpo`` estimator (:mod:`mrgrpo.advantage`, registered by importing this module)
-   leaves it out of its group's mean and std and gives it advantage 0.
+   normaliser, and the ``mrgrpo_grpo`` / ``mrgrpo_attempt`` estimators (:mod:`mrgrpo.advantage`, registered by
+   importing this module) leave it out of its group's baselines and std and give it advantage 0;
+3. with ``adv_estimator: mrgrpo_attempt``, also reads ``response_mask`` and logs ``mrgrpo/attempt_credit/...``:
+   whether each row's runs of 1 (the turns that estimator credits separately) are the agent loop's own turns,
+   and how many rows get a per-turn baseline (:func:`attempt_credit_metrics`). Nothing is written for it: the
+   estimator needs no channel beyond the mask and verl's own reward (docs/attempt_credit.md).
 
 Options (``trainer.v1.sampler.sampler_kwargs``): ``rollout_n`` (the group size, to count trajectories missing
-from their group: ``mrgrpo/missing_total``; null leaves that metric out) and ``zero_excluded_masks`` (default
-true). What the custom sampler costs (verl stops passing DAPO / refill kwargs to a custom sampler):
-docs/metrics.md.
+from their group: ``mrgrpo/missing_total``; null leaves that metric out), ``zero_excluded_masks`` (default
+true) and ``adv_estimator`` (the run's ``algorithm.adv_estimator``, e.g. ``${algorithm.adv_estimator}``;
+default null: off; ``mrgrpo_attempt`` turns on step 3). What the custom sampler costs (verl stops passing DAPO /
+refill kwargs to a custom sampler): docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-import mrgrpo.advantage  # noqa: F401  registers mrgrpo_grpo in this process (the TaskRunner loads this module)
+import mrgrpo.advantage  # registers mrgrpo_grpo / mrgrpo_attempt in this process (the TaskRunner loads this module)
 from mrgrpo import metrics as mm
 
 logger = logging.getLogger(__name__)
@@ -43,7 +48,8 @@ logger = logging.getLogger(__name__)
 # The TransferQueue fields that decide what trains: response_mask (loss mask of the policy loss, entropy, KL,
 # advantage broadcast) and loss_mask (the engines' global token count for the token-mean normaliser).
 MASK_FIELDS = ("response_mask", "loss_mask")
-OPTIONS = ("rollout_n", "zero_excluded_masks")
+OPTIONS = ("rollout_n", "zero_excluded_masks", "adv_estimator")
+ATTEMPT_PREFIX = f"{mm.METRIC_PREFIX}attempt_credit/"
 
 
 def split_key(key: str) -> tuple[str, str, int]:
@@ -65,6 +71,39 @@ def zeros_like_mask(mask: torch.Tensor) -> torch.Tensor:
         return torch.nested.as_nested_tensor([torch.zeros(int(n), dtype=mask.dtype) for n in lengths],
                                              layout=torch.jagged)
     return torch.zeros_like(mask)
+
+
+def mask_rows(mask: torch.Tensor) -> list[torch.Tensor]:
+    """One 1-D tensor per row of a jagged nested or dense mask."""
+    return list(mask.unbind()) if mask.is_nested else list(mask)
+
+
+def expected_turns(row: dict[str, Any]) -> int:
+    """Model turns PlanCodeAgentLoop made, from its extra_fields: the self-plan turn (when it produced a token)
+    plus one per code attempt. Each should be one run of 1s in the response mask."""
+    plan = 1 if row.get(mm.PLAN_SOURCE) == "self" and float(row.get(mm.PLAN_TOKENS, 0) or 0) > 0 else 0
+    return plan + int(row[mm.ATTEMPTS])
+
+
+def attempt_credit_metrics(uids: Sequence[str], rows: Sequence[dict[str, Any]], masks: Sequence[torch.Tensor],
+                           excluded: Sequence[bool], zeroed: Sequence[bool]) -> dict[str, float]:
+    """``mrgrpo/attempt_credit/...`` of one batch (for ``adv_estimator: mrgrpo_attempt``).
+
+    ``turn_mismatch_total``: trained rows whose number of runs of 1 in ``response_mask`` (the turns the estimator
+    credits separately) differs from the loop's own count (:func:`expected_turns`); 0 means the estimator's turn k
+    is the loop's turn k on every row. ``own_baseline_frac``: fraction of trained rows with a turn whose baseline
+    is not the group mean, i.e. rows whose advantages differ from ``mrgrpo_grpo``'s. ``excluded``: rows that get
+    no gradient (:func:`mrgrpo.metrics.row_excluded`); ``zeroed``: rows whose masks the sampler zeroes (the
+    estimator then sees no turn in them)."""
+    counts = [0 if z else int(mrgrpo.advantage.turn_counts(m.reshape(1, -1))[0]) for m, z in
+              zip(masks, zeroed, strict=True)]
+    trained = [i for i, ex in enumerate(excluded) if not ex]
+    mismatch = sum(counts[i] != expected_turns(rows[i]) for i in trained)
+    own = mrgrpo.advantage.rows_with_own_baseline(list(uids), counts)
+    out = {f"{ATTEMPT_PREFIX}turn_mismatch_total": float(mismatch)}
+    if trained:
+        out[f"{ATTEMPT_PREFIX}own_baseline_frac"] = sum(own[i] for i in trained) / len(trained)
+    return out
 
 
 def zero_masks(keys: Sequence[str], partition_id: str) -> None:
@@ -94,6 +133,10 @@ class MrGRPOReplayBuffer(ReplayBuffer):
         n = opts.get("rollout_n")
         self.rollout_n = int(n) if n is not None else None
         self.zero_excluded_masks = bool(opts.get("zero_excluded_masks", True))
+        estimator = opts.get("adv_estimator")
+        self.adv_estimator = str(estimator) if estimator is not None else None
+        # mrgrpo_attempt credits each run of 1s in response_mask: check that those are the loop's turns
+        self.attempt_credit = self.adv_estimator == mrgrpo.advantage.ATTEMPT_NAME
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         batch, metrics = super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
@@ -110,13 +153,19 @@ class MrGRPOReplayBuffer(ReplayBuffer):
         multi = [k for k, (_, _, index) in zip(keys, parsed, strict=True) if index != 0]
         if multi:
             raise ValueError(f"MrGRPOReplayBuffer expects one output per session (PlanCodeAgentLoop); got {multi[:3]}")
-        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        fields = ["extra_fields", "response_mask"] if self.attempt_credit else ["extra_fields"]
+        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields)
         extra = _as_list(data["extra_fields"])
         if len(extra) != len(keys):
             raise RuntimeError(f"TransferQueue returned {len(extra)} extra_fields for {len(keys)} keys")
         rows = [mm.flatten_row(e) for e in extra]
         out = mm.batch_metrics(rows)
-        excluded = [k for k, r in zip(keys, rows, strict=True) if mm.row_excluded(r)]
+        flags = [mm.row_excluded(r) for r in rows]
+        excluded = [k for k, flag in zip(keys, flags, strict=True) if flag]
+        if self.attempt_credit:  # masks as read, before zeroing; excluded rows count as no turns either way
+            zeroed = flags if self.zero_excluded_masks else [False] * len(flags)
+            out.update(attempt_credit_metrics([uid for uid, _, _ in parsed], rows, mask_rows(data["response_mask"]),
+                                              flags, zeroed))
         if self.zero_excluded_masks and excluded:
             zero_masks(excluded, batch.partition_id)
         out[f"{mm.METRIC_PREFIX}masked_total"] = float(len(excluded)) if self.zero_excluded_masks else 0.0
