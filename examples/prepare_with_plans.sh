@@ -9,4 +9,8 @@ OUT=${OUT:-data/apps_plus_qwen3max}
 PLANS=${PLANS:-batch}        # batch | sync | vllm | none
 MODEL=${MODEL:-qwen3-max}
 mrgrpo data prepare --input "$APPS_PLUS" --out "$OUT" --plans "$PLANS" --model "$MODEL" "$@"
-echo "next: DATA_DIR=$OUT PLAN_SOURCE=teacher bash recipe/mrgrpo/run_qwen3_apps.sh"
+if [[ "$PLANS" == none ]]; then  # no teacher plans in the prompts: the policy plans itself
+  echo "next: DATA_DIR=$OUT PLAN_SOURCE=self bash recipe/mrgrpo/run_qwen3_apps.sh"
+else
+  echo "next: DATA_DIR=$OUT PLAN_SOURCE=teacher bash recipe/mrgrpo/run_qwen3_apps.sh"
+fi

@@ -163,6 +163,9 @@ def problem_from_apps_plus(record: dict, source_id: str) -> Problem:
     for key in ("prompt", "starter_code", "inputs", "outputs"):
         if key not in record:
             raise ProblemFormatError(f"missing field `{key}`")
+    for key in ("prompt", "starter_code"):
+        if not isinstance(record[key], str):
+            raise ProblemFormatError(f"`{key}` must be a string, got {type(record[key]).__name__}")
     io_mode, fn_name, class_name = _entry_point(record["starter_code"])
     notes: list[str] = []
     inputs, outputs = _tests(io_mode, _as_list(record["inputs"], "inputs"), _as_list(record["outputs"], "outputs"),

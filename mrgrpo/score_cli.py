@@ -6,34 +6,60 @@
 A pairs line is a JSON object with `ground_truth` (APPS JSON string or dict) or `problem` (an APPS+/APPS record),
 and `code` (a program, run as is) or `response` (a model answer; the program is found as the reward finds it);
 `id` is optional.
+
+With --out, each result is saved as it completes (OUT.partial): Ctrl-C keeps them, prints "interrupted: N saved,
+re-run to resume" and exits 130; the same command again runs only the rest. Two runs writing the same --out
+are refused (a flock on OUT.lock).
+
+exit status: 0 done; 1 a sandbox failure (INFRA) or an unreadable input file; 2 bad option, missing input,
+--out not writable or in use; 130 interrupted.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 
-from mrgrpo.sandbox import ExecResult, Job, Limits, Verdict, run_batch
+from mrgrpo.cli import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    HelpFormatter,
+    OneLineParser,
+    OutLock,
+    UsageError,
+    check_input_file,
+    check_writable_dir,
+    map_saving,
+    number,
+)
+from mrgrpo.sandbox import ExecResult, Job, Limits, Verdict, run
+
+EXAMPLES = """examples:
+  mrgrpo score --input mrgrpo/assets/apps_plus_sample.jsonl --all-tests
+  mrgrpo score --pairs pairs.jsonl --out results.jsonl --workers 4 --time-s 2"""
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mrgrpo score", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parser():
+    p = OneLineParser(prog="mrgrpo score", description=__doc__, epilog=EXAMPLES, formatter_class=HelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", type=Path, help="APPS+/APPS file (JSONL, JSON array, or APPS parquet): check the "
                                                 "canonical solutions")
     src.add_argument("--pairs", type=Path, help="JSONL of (problem, solution) pairs to score")
     p.add_argument("--out", type=Path, help="write one JSON result per item to this JSONL file")
-    p.add_argument("--workers", type=int, default=None, help="parallel sandbox slots (default: CPU count)")
+    p.add_argument("--workers", type=number(int, 1), default=None, help="parallel sandbox slots (default: CPU count)")
     p.add_argument("--all-tests", action="store_true", help="run every test instead of stopping at the first failure")
-    p.add_argument("--limit", type=int, default=None, help="only the first N items")
-    p.add_argument("--time-s", type=float, default=None, help="CPU seconds per test (default: Limits.time_s)")
-    p.add_argument("--memory-mb", type=int, default=None, help="memory per test (default: Limits.memory_mb)")
-    p.add_argument("--show", type=int, default=20, help="list at most this many failing items (default 20)")
+    p.add_argument("--limit", type=number(int, 0), default=None, help="only the first N items (default: all)")
+    p.add_argument("--time-s", type=number(float, 0, low_open=True), default=None,
+                   help=f"CPU seconds per test (default: {Limits().time_s:g})")
+    p.add_argument("--memory-mb", type=number(int, 1), default=None,
+                   help=f"memory per test (default: {Limits().memory_mb})")
+    p.add_argument("--show", type=number(int, 0), default=20, help="list at most this many failing items")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
 
@@ -73,19 +99,30 @@ def _items_from_pairs(path: Path, args, limits: Limits) -> tuple[list[tuple[str,
     from mrgrpo.reward import build_job
 
     items = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for line_no, data in enumerate(f, 1):
+            if not data.strip():
                 continue
             if args.limit is not None and len(items) >= args.limit:
                 break
-            where = f"{path.name}:{line_no}"
+            where = item_id = f"{path.name}:{line_no}"  # a bad line is reported under its file:line
             try:
+                try:
+                    line = data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    bad = f"byte 0x{data[exc.start]:02x} at {exc.start + 1}"
+                    raise ValueError(f"line is not valid UTF-8 ({bad})") from None
                 obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError(f"line is not a JSON object but a {type(obj).__name__}")
                 item_id = str(obj.get("id", where))
                 if "code" in obj:
                     code = obj["code"]
+                    if not isinstance(code, str):
+                        raise ValueError(f"`code` must be a string, got {type(code).__name__}")
                 elif "response" in obj:
+                    if not isinstance(obj["response"], str):
+                        raise ValueError(f"`response` must be a string, got {type(obj['response']).__name__}")
                     code = extract_code(obj["response"]) or ""
                 else:
                     raise ValueError("needs `code` or `response`")
@@ -98,8 +135,9 @@ def _items_from_pairs(path: Path, args, limits: Limits) -> tuple[list[tuple[str,
                 job = build_job(gt, code, all_tests=args.all_tests, limits=limits)
                 if not job.inputs:
                     raise ValueError("the problem has no tests")
-            except (ValueError, TypeError, KeyError) as exc:
-                items.append((where, None, f"BAD_RECORD: {exc}"))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                named = f" (id {item_id})" if item_id != where else ""
+                items.append((where, None, f"BAD_RECORD: {exc}{named}"))
                 continue
             items.append((item_id, job, ""))
     return items, len(items)
@@ -118,33 +156,100 @@ def _row(item_id: str, result: ExecResult | None, reason: str) -> dict:
     return row
 
 
+def _key(item_id: str, job: Job) -> str:
+    from mrgrpo.data.store import stable_hash
+
+    return stable_hash([item_id, dataclasses.asdict(job)])
+
+
+def _load_partial(path: Path) -> dict[str, dict]:
+    """Rows saved by an interrupted run with the same --out (a cut last line is ignored)."""
+    from mrgrpo.data.store import read_jsonl
+
+    if not path.is_file():
+        return {}
+    return {r["key"]: r["row"] for r in read_jsonl(path, tolerate_bad_lines=True) if "key" in r and "row" in r}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     path = args.input or args.pairs
-    if not path.exists():
-        print(f"mrgrpo score: no such file: {path}", file=sys.stderr)
-        return 2
-    limits = _limits(args)
-    items, _ = (_items_from_input if args.input else _items_from_pairs)(path, args, limits)
-    jobs = [job for _, job, _ in items if job is not None]
-    start = time.monotonic()
-    results = iter(run_batch(jobs, workers=args.workers, progress=sys.stderr.isatty()))
-    elapsed = time.monotonic() - start
-    rows = [_row(item_id, next(results) if job is not None else None, reason) for item_id, job, reason in items]
+    try:
+        check_input_file(path, "--input" if args.input else "--pairs")
+        if args.out is not None:
+            if args.out.is_dir():
+                raise UsageError(f"--out {args.out} is a directory: pass a .jsonl file name")
+            check_writable_dir(args.out.parent, "directory of --out")
+        limits = _limits(args)
+    except UsageError as e:
+        print(f"mrgrpo score: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        items, _ = (_items_from_input if args.input else _items_from_pairs)(path, args, limits)
+    except (ValueError, OSError) as e:  # the file as a whole (a broken JSON array, ...): one line naming it
+        print(f"mrgrpo score: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted: 0 saved, re-run to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if not items:
+        print(f"mrgrpo score: error: {path} holds no items (an empty file?)", file=sys.stderr)
+        return EXIT_FAILED
+    if args.out is None:
+        return _score(args, items, None)
+    try:
+        with OutLock(args.out.parent, "mrgrpo score", name=args.out.name + ".lock"):
+            return _score(args, items, args.out)
+    except UsageError as e:
+        print(f"mrgrpo score: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
 
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+
+def _score(args, items: list, out: Path | None) -> int:
+    from mrgrpo.data import store
+    from mrgrpo.sandbox.pool import get_pool
+
+    partial = out.with_name(out.name + ".partial") if out is not None else None
+    keyed = [(i, item_id, job, _key(item_id, job)) for i, (item_id, job, _) in enumerate(items) if job is not None]
+    saved = _load_partial(partial) if partial is not None else {}
+    results: dict[int, dict] = {i: saved[k] for i, _, _, k in keyed if k in saved}
+    todo = [(i, item_id, job, k) for i, item_id, job, k in keyed if k not in saved]
+    workers = args.workers or get_pool(args.workers).size
+
+    def done(n: int, result: ExecResult) -> None:
+        i, item_id, _, k = todo[n]
+        results[i] = _row(item_id, result, "")
+        if partial is not None:
+            store.append_jsonl(partial, {"key": k, "row": results[i]})
+
+    start = time.monotonic()
+    try:
+        map_saving(lambda t: run(t[2]), todo, done, workers,
+                   progress=not args.quiet and sys.stderr.isatty(), desc="sandbox")
+    except KeyboardInterrupt:
+        if partial is None:
+            print("interrupted: nothing saved (no --out), re-run to score again", file=sys.stderr)
+        else:
+            print(f"interrupted: {len(results)} saved, re-run to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    elapsed = time.monotonic() - start
+    jobs = [job for _, job, _ in items if job is not None]
+    rows = [results[i] if job is not None else _row(item_id, None, reason)
+            for i, (item_id, job, reason) in enumerate(items)]
+
+    if out is not None:
+        store.write_text_if_changed(out, "".join(json.dumps(row) + "\n" for row in rows))
+        if partial.exists():
+            partial.unlink()
 
     counts = collections.Counter(row["verdict"] for row in rows)
     n_tests = sum(row["passed"] if row["verdict"] != "AC" else row["total"] for row in rows)
     print(f"{'verdict':<12} {'items':>6} {'share':>7}")
     for verdict, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"{verdict:<12} {n:>6} {n / max(1, len(rows)):>7.1%}")
-    print(f"{'total':<12} {len(rows):>6}   {len(jobs)} run in {elapsed:.1f} s "
-          f"({len(jobs) / max(elapsed, 1e-9):.1f} items/s, >= {n_tests} tests passed)")
+    resumed = f", {len(jobs) - len(todo)} from an interrupted run" if len(todo) != len(jobs) else ""
+    print(f"{'total':<12} {len(rows):>6}   {len(todo)} run in {elapsed:.1f} s "
+          f"({len(todo) / max(elapsed, 1e-9):.1f} items/s, >= {n_tests} tests passed{resumed})")
     failing = [row for row in rows if row["verdict"] != "AC"]
     if failing:
         print(f"\nfailing items ({min(len(failing), args.show)} of {len(failing)}):")
@@ -152,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {row['id']:<28} {row['verdict']:<11} {row['passed']}/{row['total']}  {row['detail'][:90]}")
     if args.out:
         print(f"\nper-item results: {args.out}")
-    return 1 if counts.get("INFRA") else 0
+    if not jobs:
+        print(f"mrgrpo score: error: none of the {len(rows)} items of {args.input or args.pairs} could be run "
+              f"(first: {rows[0]['id']}: {rows[0]['detail'][:120]})", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if counts.get("INFRA") else 0
 
 
 if __name__ == "__main__":

@@ -72,3 +72,86 @@ def test_bad_knobs_are_rejected(repo_root, tmp_path):
 
 def test_script_is_valid_bash():
     assert subprocess.run(["bash", "-n", SCRIPT], cwd=os.path.dirname(os.path.dirname(__file__))).returncode == 0
+
+
+# ---------------------------------------------------------------- issue 16: knob checks, --help, DRY_RUN output
+
+
+def fake_bin(tmp_path, gpu: bool = True, python_ok: bool | None = None):
+    """A PATH dir with an nvidia-smi that lists one GPU (a real run gets past the GPU check) and, optionally, a
+    python3 that can or cannot import verl."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA Fake (UUID: GPU-0)'\n" if gpu else "#!/bin/sh\nexit 6\n")
+    smi.chmod(0o755)
+    if python_ok is not None:
+        py = bin_dir / "python3"
+        body = "exit 0" if python_ok else "echo \"ModuleNotFoundError: No module named 'verl'\" >&2; exit 1"
+        py.write_text(f"#!/bin/sh\n{body}\n")
+        py.chmod(0o755)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+def test_numeric_knobs_are_checked(repo_root, tmp_path):
+    for name, value in (("GPUS_PER_NODE", "0"), ("GPUS_PER_NODE", "two"), ("ROUNDS", "-1"), ("STEPS", "1.5"),
+                        ("BATCH_SIZE", "-4"), ("NNODES", "0"), ("GPU_MEM_UTIL", "1.5"), ("LR", "fast"),
+                        ("MINI_BATCH", "64")):
+        proc = run_script(repo_root, tmp_path, DRY_RUN="1", **{name: value})
+        assert proc.returncode == 2, (name, value, proc.stderr)
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"run_qwen3_apps.sh: {name} must be") and proc.stdout == "", (name, value, line)
+    assert run_script(repo_root, tmp_path, DRY_RUN="1", ROUNDS="0", GPU_MEM_UTIL="0.85", LR="3e-6").returncode == 0
+
+
+def test_dry_run_accepts_true_and_rejects_nonsense(repo_root, tmp_path):
+    for value in ("true", "TRUE", "yes", "on", "1"):
+        proc = run_script(repo_root, tmp_path, DRY_RUN=value)
+        assert proc.returncode == 0 and "verl.trainer.main_ppo" in proc.stdout.splitlines()[-1], value
+    proc = run_script(repo_root, tmp_path, DRY_RUN="maybe")
+    assert proc.returncode == 2 and "DRY_RUN must be" in proc.stderr
+
+
+def test_help_prints_the_knobs(repo_root, tmp_path):
+    for flag in ("--help", "-h"):
+        proc = run_script(repo_root, tmp_path, flag)
+        assert proc.returncode == 0, proc.stderr
+        for knob in ("MODEL=", "GPUS_PER_NODE=", "ROUNDS=", "STEPS=", "BATCH_SIZE=", "DATA_DIR=", "PYTHON=", "DRY_RUN"):
+            assert knob in proc.stdout, knob
+        assert "no NVIDIA GPU" not in proc.stderr  # --help needs no GPU
+
+
+def test_dry_run_prints_the_environment_and_one_override_per_line(repo_root, tmp_path):
+    proc = run_script(repo_root, tmp_path, "trainer.val_before_train=False", DRY_RUN="1", PROFILE="tiny")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    argv = shlex.split(lines[-1])
+    assert all(line.startswith("#") for line in lines[:-1])
+    exports = [line.split("export ", 1)[1] for line in lines if line.startswith("#   export ")]
+    assert f"PYTHONPATH={repo_root}" in exports and "HF_HUB_OFFLINE=1" in exports
+    overrides = [shlex.split(line[4:])[0] for line in lines[:-1] if line.startswith("#   ") and "export " not in line]
+    assert overrides == argv[7:]  # exactly the launch's overrides, in order, "$@" last
+    assert overrides[-1] == "trainer.val_before_train=False"
+
+
+def test_a_real_run_checks_paths_and_the_interpreter_before_anything(repo_root, tmp_path):
+    path = fake_bin(tmp_path, python_ok=True)
+    proc = run_script(repo_root, tmp_path, PATH=path, MODEL=str(tmp_path / "no_model"))
+    assert proc.returncode == 2 and "MODEL" in proc.stderr and "not a directory" in proc.stderr
+    proc = run_script(repo_root, tmp_path, PATH=path, DATA_DIR=str(tmp_path / "no_data"))
+    assert proc.returncode == 2 and "DATA_DIR" in proc.stderr and "mrgrpo data prepare" in proc.stderr
+    path = fake_bin(tmp_path, python_ok=False)
+    proc = run_script(repo_root, tmp_path, PATH=path)
+    assert proc.returncode == 2 and "cannot import verl and mrgrpo" in proc.stderr
+    assert "source .venv/bin/activate" in proc.stderr and "PYTHON=" in proc.stderr
+    proc = run_script(repo_root, tmp_path, PATH=path, PYTHON="/no/such/python")
+    assert proc.returncode == 2 and "is not a command" in proc.stderr
+    assert not (tmp_path / ".cache").exists()  # nothing prepared before the checks
+
+
+def test_a_dry_run_only_warns_about_paths_of_another_machine(repo_root, tmp_path):
+    path = fake_bin(tmp_path, python_ok=False)
+    proc = run_script(repo_root, tmp_path, DRY_RUN="1", DATA_DIR="/data/elsewhere", PATH=path)
+    assert proc.returncode == 0
+    assert "warning: DATA_DIR /data/elsewhere" in proc.stderr and "warning: python3 cannot import" in proc.stderr
+    assert "data.train_files=/data/elsewhere/train.parquet" in shlex.split(proc.stdout.splitlines()[-1])

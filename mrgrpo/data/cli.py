@@ -12,20 +12,44 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 import time
 from pathlib import Path
 
 from mrgrpo.apps import ProblemFormatError
-from mrgrpo.data import pipeline
+from mrgrpo.cli import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PENDING,
+    EXIT_USAGE,
+    HelpFormatter,
+    OneLineParser,
+    OutLock,
+    UsageError,
+    check_input_file,
+    check_writable_dir,
+    number,
+    report_interrupt,
+)
+from mrgrpo.data import pipeline, store
 from mrgrpo.data.build import BuildOptions
-from mrgrpo.data.plans import DASHSCOPE_BASE_URL, DEFAULT_MODEL, BatchPending, PlanOptions
+from mrgrpo.data.plans import DASHSCOPE_BASE_URL, DEFAULT_MODEL, BatchPending, PlanOptions, PlansInterrupted
 from mrgrpo.data.store import DataError
 from mrgrpo.data.validate import ValidateOptions
 
+EXIT_HELP = (
+    "exit status: 0 done; 1 the work failed (message names what and where); 2 bad option, missing input, "
+    "DIR not writable or in use, API key missing (found before any work); 3 a plan batch is still running "
+    "after --max-wait (re-run to resume); 130 interrupted (finished work saved, re-run to resume)"
+)
+
 
 def _add_out(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, type=Path, help="output directory (created; reused on later runs)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                   help="output directory (created; reused on later runs; one run at a time: DIR/.lock)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -39,9 +63,9 @@ def _add_validate(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--public-tests",
-        type=int,
+        type=number(int, 0),
         default=1,
-        help="at most this many tests (the first ones) are public; one test always stays hidden (default 1)",
+        help="at most this many tests (the first ones) are public; one test always stays hidden",
     )
     p.add_argument(
         "--no-run-reference",
@@ -50,72 +74,83 @@ def _add_validate(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--float-tol",
-        type=float,
+        type=number(float, 0),
         default=1e-6,
-        help="tolerance for re-checking references that fail on float outputs (default 1e-6)",
+        help="tolerance for re-checking references that fail on float outputs",
     )
-    p.add_argument("--ref-time-s", type=float, default=None, help="per-test CPU limit for reference runs")
+    p.add_argument("--ref-time-s", type=number(float, 0, low_open=True), default=None,
+                   help="per-test CPU seconds for reference runs (default: the sandbox's limit)")
     p.add_argument("--no-dedupe", action="store_true", help="keep records with identical statement and tests")
-    p.add_argument("--force", action="store_true", help="redo validation even if its inputs did not change")
+    p.add_argument("--force", action="store_true",
+                   help="redo validation even if its inputs did not change; replace data that DIR holds from "
+                   "another --input")
 
 
 def _add_plans(p: argparse.ArgumentParser, with_none: bool) -> None:
     choices = ["batch", "sync", "vllm", "none"] if with_none else ["batch", "sync", "vllm"]
-    p.add_argument(
-        "--plans",
-        choices=choices,
-        default="none" if with_none else "batch",
-        help="plan backend" + (" (default none)" if with_none else " (default batch)"),
-    )
-    p.add_argument("--model", default=None, help=f"plan model (default {DEFAULT_MODEL}; for vllm a local path/HF id)")
-    p.add_argument(
-        "--base-url", default=DASHSCOPE_BASE_URL, help=f"OpenAI-compatible base URL (default {DASHSCOPE_BASE_URL})"
-    )
-    p.add_argument(
-        "--api-key-env",
-        default="DASHSCOPE_API_KEY",
-        help="name of the environment variable holding the API key (default DASHSCOPE_API_KEY)",
-    )
+    p.add_argument("--plans", choices=choices, default="none" if with_none else "batch", help="plan backend")
+    p.add_argument("--model", default=None,
+                   help=f"plan model (default: {DEFAULT_MODEL}; for vllm a local path or HF id)")
+    p.add_argument("--base-url", default=DASHSCOPE_BASE_URL, help="OpenAI-compatible base URL")
+    p.add_argument("--api-key-env", default="DASHSCOPE_API_KEY",
+                   help="name of the environment variable holding the API key (never the key itself)")
     p.add_argument(
         "--plan-with-solution",
         action="store_true",
         help="show the reference solution to the plan model (plans copying it are rejected)",
     )
-    p.add_argument("--temperature", type=float, default=0.3)
-    p.add_argument("--max-tokens", type=int, default=1024, help="per plan; a plan cut at this length is rejected")
+    p.add_argument("--temperature", type=number(float, 0), default=0.3, help="sampling temperature of plans")
+    p.add_argument("--max-tokens", type=number(int, 1), default=1024,
+                   help="per plan; a plan cut at this length is rejected")
     p.add_argument(
         "--extra-body",
-        type=json.loads,
+        type=_json_object,
         default=None,
         help="JSON merged into each request body, e.g. '{\"enable_thinking\": false}'",
     )
-    p.add_argument("--max-attempts", type=int, default=3, help="attempts per plan before it is reported failed")
+    p.add_argument("--max-attempts", type=number(int, 1), default=3,
+                   help="attempts per plan before it is reported failed")
     p.add_argument("--retry-failed", action="store_true", help="give plans that failed earlier a new set of attempts")
-    p.add_argument("--concurrency", type=int, default=8, help="sync: requests in flight")
-    p.add_argument("--max-retries", type=int, default=6,
+    p.add_argument("--concurrency", type=number(int, 1), default=8, help="sync: requests in flight")
+    p.add_argument("--max-retries", type=number(int, 0), default=6,
                    help="retries of 429/408/409/5xx, cut connections and timeouts per API call (batch and sync)")
-    p.add_argument("--poll-interval", type=float, default=30.0, help="batch: seconds between status polls")
+    p.add_argument("--poll-interval", type=number(float, 0, low_open=True), default=30.0,
+                   help="batch: seconds between status polls")
     p.add_argument(
         "--max-wait",
-        type=float,
+        type=number(float, 0, low_open=True),
         default=48 * 3600.0,
-        help="batch: stop polling after this many seconds (the batch id is saved; rerun to resume)",
+        help="batch: stop polling after this many seconds (the batch id is saved; rerun to resume) "
+        "(default: %(default)g s = 48 h)",
     )
-    p.add_argument("--price-in", type=float, default=1.2, help="USD per 1M prompt tokens, for the cost estimate")
-    p.add_argument("--price-out", type=float, default=6.0, help="USD per 1M completion tokens")
-    p.add_argument("--batch-discount", type=float, default=0.5, help="batch price as a fraction of the sync price")
-    p.add_argument("--plan-cache", type=Path, default=None, help="plan cache directory (default DIR/plans/cache)")
+    p.add_argument("--price-in", type=number(float, 0), default=1.2,
+                   help="USD per 1M prompt tokens, for the cost estimate")
+    p.add_argument("--price-out", type=number(float, 0), default=6.0, help="USD per 1M completion tokens")
+    p.add_argument("--batch-discount", type=number(float, 0, 1, low_open=True), default=0.5,
+                   help="batch price as a fraction of the sync price")
+    p.add_argument("--plan-cache", type=Path, default=None, help="plan cache directory (default: DIR/plans/cache)")
     p.add_argument(
         "--vllm-args",
-        type=json.loads,
+        type=_json_object,
         default={},
         help="JSON kwargs for vllm.LLM, e.g. '{\"tensor_parallel_size\": 2}'",
     )
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({e.msg} at char {e.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object like '{{\"key\": 1}}', got {text!r}")
+    return value
+
+
 def _add_build(p: argparse.ArgumentParser, standalone: bool) -> None:
-    p.add_argument("--val-fraction", type=float, default=0.1, help="per difficulty (default 0.1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--val-fraction", type=number(float, 0, 1, high_open=True), default=0.1,
+                   help="share of each difficulty that goes to val.parquet")
+    p.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
     p.add_argument(
         "--require-plans",
         action="store_true",
@@ -125,36 +160,55 @@ def _add_build(p: argparse.ArgumentParser, standalone: bool) -> None:
         p.add_argument("--no-plans", action="store_true", help="build prompts without plans")
 
 
+EXAMPLES = {
+    "prepare": "examples:\n  mrgrpo data prepare --out data/sample --plans none\n"
+    "  DASHSCOPE_API_KEY=... mrgrpo data prepare --input apps_plus.jsonl --out data/apps_plus --plans batch",
+    "validate": "example:\n  mrgrpo data validate --input apps_plus.jsonl --out data/apps_plus --public-tests 1",
+    "plans": "example:\n  DASHSCOPE_API_KEY=... mrgrpo data plans --out data/apps_plus --plans sync --concurrency 16",
+    "build": "example:\n  mrgrpo data build --out data/apps_plus --val-fraction 0.1 --seed 0",
+    "report": "example:\n  mrgrpo data report --out data/apps_plus",
+    "synth": "example:\n  mrgrpo data synth --n 2000 --seed 0 --out synth.jsonl && "
+    "mrgrpo data prepare --input synth.jsonl --out data/synth",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mrgrpo data", description="APPS+ pipeline: validate, plan, build verl parquet.")
+    ap = OneLineParser(prog="mrgrpo data", description="APPS+ pipeline: validate, plan, build verl parquet.",
+                       epilog=EXIT_HELP, formatter_class=HelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    p = sub.add_parser("prepare", help="all stages: validate, plans, build, report")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text + ".",
+                              epilog=EXAMPLES[name] + "\n\n" + EXIT_HELP, formatter_class=HelpFormatter)
+
+    p = add("prepare", "all stages: validate, plans, build, report")
     _add_out(p)
     _add_validate(p)
     _add_plans(p, with_none=True)
     _add_build(p, standalone=False)
-    p = sub.add_parser("validate", help="read, quarantine, run reference solutions, flag, split tests")
+    p = add("validate", "read, quarantine, run reference solutions, flag, split tests")
     _add_out(p)
     _add_validate(p)
-    p = sub.add_parser("plans", help="generate plans for DIR/problems.jsonl (cached, resumable)")
+    p = add("plans", "generate plans for DIR/problems.jsonl (cached, resumable)")
     _add_out(p)
     _add_plans(p, with_none=False)
-    p = sub.add_parser("build", help="write DIR/train.parquet and DIR/val.parquet")
+    p = add("build", "write DIR/train.parquet and DIR/val.parquet")
     _add_out(p)
     _add_build(p, standalone=True)
-    p = sub.add_parser("report", help="write DIR/report.json and print the summary")
+    p = add("report", "write DIR/report.json and print the summary")
     _add_out(p)
-    p = sub.add_parser("synth", help="write seeded synthetic APPS+ records (offline learnability check)")
-    p.add_argument("--n", type=int, default=1000, help="number of records (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives the same bytes (default 0)")
-    p.add_argument("--out", required=True, type=Path, help="output .jsonl file (input of `mrgrpo data prepare`)")
+    p = add("synth", "write seeded synthetic APPS+ records (offline learnability check)")
+    p.add_argument("--n", type=number(int, 1), default=1000, help="number of records")
+    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives the same bytes")
+    p.add_argument("--out", required=True, type=Path, metavar="FILE",
+                   help="output .jsonl file (input of `mrgrpo data prepare`)")
     p.add_argument(
         "--templates",
         choices=["train", "heldout", "all"],
         default="train",
-        help="statement templates: the training ones, only the held-out ones (an evaluation file), or all "
-        "(default train)",
+        help="statement templates: the training ones, only the held-out ones (an evaluation file), or all",
     )
+    p.add_argument("--quiet", action="store_true", help="accepted on every command (synth shows no progress anyway)")
     return ap
 
 
@@ -163,10 +217,16 @@ def _synth(a) -> int:
 
     t0 = time.perf_counter()
     try:
+        check_writable_dir(a.out.parent if str(a.out.parent) else Path("."), "directory of --out")
+        if a.out.is_dir():
+            raise UsageError(f"--out {a.out} is a directory: pass a .jsonl file name")
         records = synth.generate(a.n, seed=a.seed, templates=a.templates)
+    except UsageError as e:
+        print(f"mrgrpo data synth: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except ValueError as e:
         print(f"mrgrpo data synth: error: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     synth.write_jsonl(records, a.out)
     print(json.dumps(synth.summarize(records)))
     print(f"wrote {len(records)} synthetic records (seed {a.seed}, templates {a.templates}) to {a.out} "
@@ -211,43 +271,117 @@ def _build_opts(a, use_plans: bool) -> BuildOptions:
     return BuildOptions(val_fraction=a.val_fraction, seed=a.seed, use_plans=use_plans, require_plans=a.require_plans)
 
 
+def _plans_done(out: Path) -> bool:
+    """Every problem has an accepted plan already (a re-run will request nothing, so it needs no key)."""
+    path = out / pipeline.PLANS
+    try:
+        rows = list(store.read_jsonl(path)) if path.is_file() else []
+    except (OSError, ValueError):
+        return False
+    return bool(rows) and all(r.get("status") == "ok" for r in rows)
+
+
+def _check_api(a) -> None:
+    """The plan backends that call an API need its key and a URL: checked before any reference run (the key only
+    when some plan is still to be requested; the plan stage itself says so too if it needs one after all)."""
+    if a.plans not in ("batch", "sync"):
+        return
+    if not a.base_url.startswith(("http://", "https://")):
+        raise UsageError(f"--base-url must start with http:// or https://, got {a.base_url!r}")
+    if not os.environ.get(a.api_key_env) and not _plans_done(a.out):
+        raise UsageError(
+            f"environment variable {a.api_key_env} is not set: it must hold the API key for {a.base_url} "
+            "(export it, or name another variable with --api-key-env"
+            + ("; --plans none needs no key)" if a.cmd == "prepare" else ")")
+        )
+
+
+def _written(out: Path, cmd: str) -> list[str]:
+    names = {
+        "prepare": ["train.parquet", "val.parquet", "problems.jsonl", "quarantine.jsonl", "plans.jsonl",
+                    "report.json"],
+        "validate": ["problems.jsonl", "quarantine.jsonl", "report.json"],
+        "plans": ["plans.jsonl"],
+        "build": ["train.parquet", "val.parquet", "report.json"],
+        "report": ["report.json"],
+    }[cmd]
+    return [str(out / n) for n in names if (out / n).is_file()]
+
+
+def _next_command(out: Path, cmd: str) -> str:
+    q = shlex.quote(str(out))
+    if cmd in ("prepare", "build", "report"):
+        return f"DATA_DIR={q} bash recipe/mrgrpo/run_qwen3_apps.sh   (DRY_RUN=1 first to see the launch)"
+    if cmd == "validate":
+        return f"mrgrpo data plans --out {q} --plans batch   (or: mrgrpo data build --out {q} --no-plans)"
+    return f"mrgrpo data build --out {q}"
+
+
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     if a.cmd == "synth":
         return _synth(a)
     out: Path = a.out
-    out.mkdir(parents=True, exist_ok=True)
+    prog = f"mrgrpo data {a.cmd}"
     progress = not a.quiet and sys.stderr.isatty()
     t0 = time.perf_counter()
     outcomes = []
     try:
-        if a.cmd in ("prepare", "validate"):
-            outcomes.append(pipeline.run_validate(out, a.input, _validate_opts(a), progress=progress, force=a.force))
-        if a.cmd == "plans" or (a.cmd == "prepare" and a.plans != "none"):
-            outcomes.append(pipeline.run_plans(out, _plan_opts(a), cache_dir=a.plan_cache, progress=progress))
-        if a.cmd in ("prepare", "build"):
-            use_plans = (a.plans != "none") if a.cmd == "prepare" else not a.no_plans
-            outcomes.append(pipeline.run_build(out, _build_opts(a, use_plans)))
-        if a.cmd in ("prepare", "report", "build", "validate"):
-            report = pipeline.make_report(out)
-            print(pipeline.format_summary(report, outcomes))
-        else:
-            for o in outcomes:
-                print(
-                    json.dumps(
-                        {"stage": o.name, "skipped": o.skipped, "seconds": round(o.seconds, 2), **o.info},
-                        indent=2,
-                        default=str,
-                    )
+        # cheap checks first: nothing below may fail on a typo after minutes of work
+        if a.cmd in ("prepare", "validate") and a.input is not None:
+            check_input_file(a.input, "--input")
+        if a.cmd in ("prepare", "plans"):
+            _check_api(a)
+        if a.cmd not in ("prepare", "validate") and not (out / pipeline.PROBLEMS).is_file():
+            raise UsageError(f"{out / pipeline.PROBLEMS} not found: run `mrgrpo data validate --out {out}` first")
+        check_writable_dir(out)
+        with OutLock(out, "mrgrpo data"):
+            if a.cmd in ("prepare", "validate"):
+                outcomes.append(
+                    pipeline.run_validate(out, a.input, _validate_opts(a), progress=progress, force=a.force)
                 )
+            if a.cmd == "plans" or (a.cmd == "prepare" and a.plans != "none"):
+                outcomes.append(pipeline.run_plans(out, _plan_opts(a), cache_dir=a.plan_cache, progress=progress))
+            if a.cmd in ("prepare", "build"):
+                use_plans = (a.plans != "none") if a.cmd == "prepare" else not a.no_plans
+                outcomes.append(pipeline.run_build(out, _build_opts(a, use_plans)))
+            if a.cmd in ("prepare", "report", "build", "validate"):
+                report = pipeline.make_report(out)
+                print(pipeline.format_summary(report, outcomes))
+            else:
+                for o in outcomes:
+                    print(
+                        json.dumps(
+                            {"stage": o.name, "skipped": o.skipped, "seconds": round(o.seconds, 2), **o.info},
+                            indent=2,
+                            default=str,
+                        )
+                    )
+    except UsageError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except BatchPending as e:
         print(f"mrgrpo data: {e}", file=sys.stderr)
-        return 3
-    except (DataError, FileNotFoundError, ProblemFormatError) as e:
-        print(f"mrgrpo data {a.cmd}: error: {e}", file=sys.stderr)
-        return 1
-    print(f"wrote {out} in {time.perf_counter() - t0:.1f}s")
-    return 0
+        return EXIT_PENDING
+    except PlansInterrupted:  # plans.py printed "interrupted: N saved, re-run to resume"
+        return EXIT_INTERRUPTED
+    except pipeline.ValidateInterrupted as e:
+        return report_interrupt(f"interrupted: {e.saved} saved, re-run to resume")
+    except KeyboardInterrupt:  # build/report: files are written atomically, nothing is half-written
+        return report_interrupt("interrupted: 0 saved, re-run to resume")
+    except (DataError, FileNotFoundError, ProblemFormatError, ValueError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:  # a disk that fills up, a file that vanished: one line naming the file
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"{prog}: error: {e.strerror or e}{where}", file=sys.stderr)
+        return EXIT_FAILED
+    files = _written(out, a.cmd)
+    # the closing lines are a log (stderr): stdout stays the command's output (the summary, or JSON for `plans`)
+    print(f"wrote {out} in {time.perf_counter() - t0:.1f}s: " + ", ".join(Path(f).name for f in files),
+          file=sys.stderr)
+    print(f"next: {_next_command(out, a.cmd)}", file=sys.stderr)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

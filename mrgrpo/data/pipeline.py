@@ -27,12 +27,21 @@ from mrgrpo.data.build import BuildOptions, build_rows, parquet_bytes
 from mrgrpo.data.plans import PlanOptions, generate_plans, make_client, usage_dict
 from mrgrpo.data.runner import ReferenceRunner
 from mrgrpo.data.store import DataError
-from mrgrpo.data.validate import ValidateOptions, problem_from_dict, validate
+from mrgrpo.data.validate import ReferenceCache, ValidateOptions, problem_from_dict, validate
 
 PROBLEMS = "problems.jsonl"
 QUARANTINE = "quarantine.jsonl"
 PLANS = "plans.jsonl"
 REPORT = "report.json"
+REFERENCE_CACHE = ("cache", "reference_runs.jsonl")
+
+
+class ValidateInterrupted(KeyboardInterrupt):
+    """Ctrl-C during validate: every finished reference run is in the cache; ``saved`` counts them."""
+
+    def __init__(self, saved: int):
+        super().__init__(saved)
+        self.saved = saved
 
 
 def resolve_input(path: str | Path | None) -> tuple[Path, str]:
@@ -59,6 +68,61 @@ class StageOutcome:
 # ---------------------------------------------------------------- validate
 
 
+class SavingRunner:
+    """The sandbox reference runner, one job per sandbox slot, with each outcome appended to the reference cache
+    as soon as it completes: a Ctrl-C loses no finished run (the plain runner returns them all at the end).
+
+    Ctrl-C: queued runs are dropped, running ones are finished and saved, KeyboardInterrupt propagates."""
+
+    def __init__(self, cache_path: Path, inner: ReferenceRunner | None = None, workers: int | None = None):
+        if inner is None:
+            from mrgrpo.data.runner import SandboxRunner
+
+            inner = SandboxRunner(workers)
+        self.inner = inner
+        self.cache_path = cache_path
+        self.workers = workers
+        self._cache: ReferenceCache | None = None
+
+    def run_many(self, jobs, progress: bool = False) -> list:
+        from mrgrpo.cli import map_saving
+
+        if self._cache is None:
+            self._cache = ReferenceCache(self.cache_path)
+        workers = self.workers
+        if workers is None:
+            from mrgrpo.sandbox.pool import default_workers
+
+            workers = default_workers()
+        return map_saving(
+            lambda job: self.inner.run_many([job])[0],
+            list(jobs),
+            lambda i, outcome: self._cache.put(jobs[i], outcome),
+            workers,
+            progress=progress,
+            desc="reference runs",
+        )
+
+
+def _cache_rows(path: Path) -> list[dict]:
+    return list(store.read_jsonl(path, tolerate_bad_lines=True)) if path.is_file() else []
+
+
+def count_reference_cache(out: Path) -> int:
+    """Reference runs saved in ``DIR/cache/reference_runs.jsonl`` (distinct jobs)."""
+    return len({r.get("key") for r in _cache_rows(out.joinpath(*REFERENCE_CACHE)) if isinstance(r, dict)})
+
+
+def compact_reference_cache(out: Path) -> None:
+    """One line per job in the reference cache (the saving runner and ``validate`` both append an outcome; the last
+    one wins, as when the cache is read). Rewrites the file only when it holds a repeated key."""
+    path = out.joinpath(*REFERENCE_CACHE)
+    rows = [r for r in _cache_rows(path) if isinstance(r, dict) and "key" in r]
+    last = {r["key"]: r for r in rows}
+    if len(last) != len(rows) or (path.is_file() and len(rows) != len(path.read_bytes().splitlines())):
+        store.write_text_if_changed(path, store.jsonl_text(last.values()))
+
+
 def run_validate(
     out: Path,
     input_path: str | Path | None,
@@ -69,17 +133,45 @@ def run_validate(
 ) -> StageOutcome:
     t0 = time.perf_counter()
     path, label = resolve_input(input_path)
-    fingerprint = store.stable_hash({"input": store.file_sha256(path), "options": opts.fingerprint_dict()})
+    input_sha = store.file_sha256(path)
+    fingerprint = store.stable_hash({"input": input_sha, "options": opts.fingerprint_dict()})
     state = store.StageState(out)
+    before = (state.data.get("validate") or {}).get("info") or {}
+    if not force and before.get("input_sha256") not in (None, input_sha) and before.get("input") != label:
+        from mrgrpo.cli import UsageError
+
+        raise UsageError(
+            f"{out} holds data prepared from another input ({before.get('input')}); this run reads {label}: "
+            "use another --out, or add --force to replace that data"
+        )
     if not force and state.is_done("validate", fingerprint, [out / PROBLEMS, out / QUARANTINE]):
         return StageOutcome("validate", True, time.perf_counter() - t0, state.data["validate"].get("info", {}))
-    res = validate(path, out, opts, runner=runner, progress=progress)
+    if runner is None and opts.run_reference:
+        runner = SavingRunner(out.joinpath(*REFERENCE_CACHE))
+    try:
+        res = validate(path, out, opts, runner=runner, progress=progress)
+    except KeyboardInterrupt:
+        raise ValidateInterrupted(count_reference_cache(out)) from None
+    finally:
+        if isinstance(runner, SavingRunner):
+            compact_reference_cache(out)
     store.write_text_if_changed(out / PROBLEMS, store.jsonl_text(res.problems))
     quarantine = [{**q, "stage": "validate"} for q in res.quarantined]
     store.write_text_if_changed(out / QUARANTINE, store.jsonl_text(quarantine))
+    if not res.problems:
+        records = len(res.quarantined)
+        if records == 0:
+            raise DataError(f"{label} holds no records (an empty file?): nothing to build")
+        reasons = Counter(q["reason"] for q in res.quarantined)
+        first = res.quarantined[0]
+        raise DataError(
+            f"no record of {label} was kept: all {records} quarantined ("
+            + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
+            + f"; first: {first.get('where')}: {first.get('detail', '')[:120]}); see {out / QUARANTINE}"
+        )
     info = {
         "input": label,
-        "input_sha256": store.file_sha256(path),
+        "input_sha256": input_sha,
         "kept": len(res.problems),
         "quarantined": len(res.quarantined),
         "records": len(res.problems) + len(res.quarantined),
@@ -159,6 +251,11 @@ def run_build(out: Path, opts: BuildOptions) -> StageOutcome:
             raise FileNotFoundError(f"{out / PLANS} not found: run `mrgrpo data plans` first, or build with --no-plans")
         plans = {r["source_id"]: r for r in store.read_jsonl(out / PLANS)}
     res = build_rows(problems, plans, opts)
+    if not res.train and not res.val:
+        raise DataError(
+            f"no row to build from {out / PROBLEMS} ({len(problems)} problems, {len(res.dropped)} without a plan "
+            "dropped by --require-plans): nothing written"
+        )
     changed = store.write_bytes_if_changed(out / "train.parquet", parquet_bytes(res.train))
     changed |= store.write_bytes_if_changed(out / "val.parquet", parquet_bytes(res.val))
     # quarantine.jsonl: the validate rows, then this build's plan_failed rows (replacing an earlier build's)

@@ -2,7 +2,9 @@
 # mrGRPO: multi-round plan -> code -> feedback GRPO for Qwen3 on APPS+ with verl 0.9.1.
 #
 # usage: [VAR=value ...] bash recipe/mrgrpo/run_qwen3_apps.sh [extra hydra overrides ...]
-#   DRY_RUN=1 ...            print the launch command (its last line) and exit 0; needs no GPU, changes nothing
+#        bash recipe/mrgrpo/run_qwen3_apps.sh --help      the knobs below with their defaults
+#   DRY_RUN=1 ...            print the exported environment, one override per line, and the launch command (its
+#                            last line), then exit 0; needs no GPU, changes nothing (1/true/yes/on all count)
 #   PROFILE=tiny ...         one small GPU: a tiny random Qwen3 built offline, eager vLLM, sdpa, small batches
 #   PROFILE=synth ...        the offline learnability check: synthetic APPS+ problems, a 28M Qwen3 trained from
 #                            scratch (tokenizer, SFT warm start with verl's SFT trainer: sft_synth.sh), then GRPO
@@ -10,9 +12,21 @@
 # Extra arguments are appended to the launch as hydra overrides, so they win over everything below.
 set -euo pipefail
 
+if [[ "${1:-}" == --help || "${1:-}" == -h ]]; then
+  # the usage above, then every knob with its default (the lines of the knobs section)
+  sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+  echo
+  echo "knobs (environment variables; NAME=\${NAME:-default}):"
+  sed -n '/^# ---- knobs/,/^# ---- checks/{/^# ----/d;p}' "${BASH_SOURCE[0]}"
+  echo
+  echo "exit status: 0 launched (or DRY_RUN printed); 2 a knob or path is wrong, or \$PYTHON cannot import verl and"
+  echo "mrgrpo; 3 no GPU. Example: MODEL=Qwen/Qwen3-1.7B GPUS_PER_NODE=4 STEPS=100 bash recipe/mrgrpo/run_qwen3_apps.sh"
+  exit 0
+fi
+
 # ---- knobs (environment variables) -------------------------------------------------------------
 PROFILE=${PROFILE:-default}               # default | tiny | synth
-DRY_RUN=${DRY_RUN:-0}                     # 1: print the launch command and exit
+DRY_RUN=${DRY_RUN:-0}                     # 1 (or true/yes/on): print the launch command and exit
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mrgrpo}   # where prepared data / the tiny model go
 if [[ "$PROFILE" == tiny ]]; then
   MODEL=${MODEL:-$CACHE_DIR/tiny_qwen3}   # built offline by mrgrpo.testing.tiny when missing
@@ -70,9 +84,24 @@ PROJECT=${PROJECT:-mrgrpo}
 EXPERIMENT=${EXPERIMENT:-qwen3_apps_${PLAN_SOURCE}_k${ROUNDS}}
 
 # ---- checks ------------------------------------------------------------------------------------
-case "$ROLLOUT" in vllm|sglang) ;; *) echo "run_qwen3_apps.sh: ROLLOUT must be vllm or sglang, got '$ROLLOUT'" >&2; exit 2;; esac
-case "$PLAN_SOURCE" in self|teacher|none) ;; *) echo "run_qwen3_apps.sh: PLAN_SOURCE must be self, teacher or none, got '$PLAN_SOURCE'" >&2; exit 2;; esac
-
+die() { echo "run_qwen3_apps.sh: $*" >&2; exit 2; }
+case "${DRY_RUN,,}" in 1|true|yes|on) DRY_RUN=1;; 0|false|no|off|'') DRY_RUN=0;;
+  *) die "DRY_RUN must be 1/true/yes/on or 0/false/no/off, got '$DRY_RUN'";; esac
+case "$ROLLOUT" in vllm|sglang) ;; *) die "ROLLOUT must be vllm or sglang, got '$ROLLOUT'";; esac
+case "$PLAN_SOURCE" in self|teacher|none) ;; *) die "PLAN_SOURCE must be self, teacher or none, got '$PLAN_SOURCE'";; esac
+int_at_least() {  # NAME MIN: the knob must be an integer >= MIN
+  local v=${!1}
+  [[ "$v" =~ ^[0-9]+$ ]] && (( 10#$v >= $2 )) || die "$1 must be an integer >= $2, got '$v'"
+}
+for knob in GPUS_PER_NODE NNODES STEPS BATCH_SIZE MINI_BATCH MICRO_BATCH GROUP_SIZE MAX_PROMPT_LEN \
+            MAX_RESPONSE_LEN AGENT_WORKERS ROLLOUT_TP; do
+  int_at_least "$knob" 1
+done
+int_at_least ROUNDS 0
+(( 10#$MINI_BATCH <= 10#$BATCH_SIZE )) || die "MINI_BATCH must be <= BATCH_SIZE ($BATCH_SIZE), got '$MINI_BATCH'"
+[[ "$GPU_MEM_UTIL" =~ ^(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)$ ]] || die "GPU_MEM_UTIL must be a number in (0, 1], got '$GPU_MEM_UTIL'"
+[[ "$LR" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] || die "LR must be a positive number like 1e-6, got '$LR'"
+if [[ "$PROFILE" == synth ]]; then [[ "$TEST_FREQ" =~ ^-?[0-9]+$ ]] || die "TEST_FREQ must be an integer, got '$TEST_FREQ'"; fi
 if [[ "$DRY_RUN" != 1 ]]; then
   if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     echo "run_qwen3_apps.sh: no NVIDIA GPU found (nvidia-smi is missing or lists no GPU)." >&2
@@ -87,6 +116,23 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
 CONFIG_DIR="$SCRIPT_DIR/config"
 # Ray workers import mrgrpo from the checkout even when it is not pip-installed.
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+# Paths and the interpreter: fatal in a real run, warnings in a dry run (which may be for another machine).
+need() { if [[ "$DRY_RUN" == 1 ]]; then echo "run_qwen3_apps.sh: warning: $*" >&2; else die "$*"; fi; }
+# A MODEL written as a path must exist (tiny/synth build theirs when missing); anything else is a HF hub id.
+if [[ "$PROFILE" == default && "$MODEL" =~ ^(/|\./|\.\./|~) && ! -d "$MODEL" ]]; then
+  need "MODEL $MODEL is a path but not a directory: point it at an HF model directory, or use a hub id like Qwen/Qwen3-0.6B"
+fi
+if [[ -n "$DATA_DIR" && "$PROFILE" != synth && ! -d "$DATA_DIR" ]]; then
+  need "DATA_DIR $DATA_DIR is not a directory: prepare it with \`mrgrpo data prepare --out $DATA_DIR\`, or leave DATA_DIR unset for the bundled sample"
+fi
+[[ -z "$SYS_PROMPT_FILE" || -f "$SYS_PROMPT_FILE" ]] || need "SYS_PROMPT_FILE $SYS_PROMPT_FILE is not a file"
+PY_HINT="activate the venv that has verl and mrgrpo (source .venv/bin/activate), or set PYTHON=/path/to/.venv/bin/python"
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  need "PYTHON=$PYTHON is not a command: $PY_HINT"
+elif ! PY_ERR=$("$PYTHON" -c 'import verl, mrgrpo' 2>&1); then
+  need "$PYTHON cannot import verl and mrgrpo ($(printf '%s' "$PY_ERR" | tail -n 1)): $PY_HINT"
+fi
 
 # ---- data and model ----------------------------------------------------------------------------
 if [[ "$PROFILE" == synth && "$DRY_RUN" != 1 && ! -f "$DATA_DIR/train.parquet" ]]; then
@@ -121,11 +167,13 @@ export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
 export PYTHONUNBUFFERED=1
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 export RAY_USAGE_STATS_ENABLED=${RAY_USAGE_STATS_ENABLED:-0}
+EXPORTED=(PYTHONPATH TOKENIZERS_PARALLELISM PYTHONUNBUFFERED RAY_AUTH_MODE RAY_USAGE_STATS_ENABLED)
 if [[ "$PROFILE" == tiny || "$PROFILE" == synth ]]; then
   # The GPU kit has no flashinfer and no network.
   export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
   export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}
   export HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1} WANDB_MODE=${WANDB_MODE:-disabled}
+  EXPORTED+=(VLLM_USE_FLASHINFER_SAMPLER HF_HUB_OFFLINE TRANSFORMERS_OFFLINE HF_DATASETS_OFFLINE WANDB_MODE)
 fi
 
 # ---- launch ------------------------------------------------------------------------------------
@@ -205,8 +253,12 @@ fi
 ARGS+=("$@")
 
 if [[ "$DRY_RUN" == 1 ]]; then
+  # comment lines, then the launch command alone on the last line (tests and tools parse it)
   echo "# DRY_RUN: PROFILE=$PROFILE MODEL=$MODEL DATA_DIR=$DATA_DIR ROLLOUT=$ROLLOUT PLAN_SOURCE=$PLAN_SOURCE ROUNDS=$ROUNDS"
-  echo "# PYTHONPATH=$PYTHONPATH"
+  echo "# exported environment:"
+  for name in "${EXPORTED[@]}"; do printf '#   export %s=%q\n' "$name" "${!name}"; done
+  echo "# overrides of recipe/mrgrpo/config/mrgrpo_trainer.yaml (extra arguments last, so they win):"
+  for arg in "${ARGS[@]:7}"; do printf '#   %q\n' "$arg"; done
   printf '%q ' "${ARGS[@]}"
   echo
   exit 0
