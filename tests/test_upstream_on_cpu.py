@@ -258,3 +258,8 @@ def test_shape_checker():
     assert "found (a)" in shape_problem(lambda a: None, Sym("x:y", "a, **"))
     assert "subclass" in shape_problem(int, Sym("x:y", base="builtins:str"))
     assert inspect.iscoroutinefunction(fine)
+
+
+def test_quiet_prints_nothing_on_success_and_keeps_the_exit_code(capsys):
+    assert upstream.main(["--quiet"]) == 0
+    assert capsys.readouterr().out == ""

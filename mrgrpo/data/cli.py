@@ -341,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
                     pipeline.run_validate(out, a.input, _validate_opts(a), progress=progress, force=a.force)
                 )
             if a.cmd == "plans" or (a.cmd == "prepare" and a.plans != "none"):
-                outcomes.append(pipeline.run_plans(out, _plan_opts(a), cache_dir=a.plan_cache, progress=progress))
+                quiet_log = (lambda line: None) if a.quiet else None  # None: progress lines to stderr
+                outcomes.append(pipeline.run_plans(out, _plan_opts(a), cache_dir=a.plan_cache, progress=progress,
+                                                   log=quiet_log))
             if a.cmd in ("prepare", "build"):
                 use_plans = (a.plans != "none") if a.cmd == "prepare" else not a.no_plans
                 outcomes.append(pipeline.run_build(out, _build_opts(a, use_plans)))

@@ -14,6 +14,7 @@ DIR/state.json            fingerprints of the completed stages
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -197,8 +198,13 @@ def run_plans(
     client_factory=make_client,
     progress: bool = False,
     sleep=time.sleep,
-    log=print,
+    log=None,
 ) -> StageOutcome:
+    """The plan stage. Progress lines (``log``; default: stderr) never mix with the machine output on stdout."""
+    if log is None:
+        def log(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
     t0 = time.perf_counter()
     problems = [p for p, _ in load_problems(out)]
     res = generate_plans(

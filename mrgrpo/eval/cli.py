@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--dtype", default="auto", help="vLLM dtype (default auto)")
     p.add_argument("--enforce-eager", action="store_true", help="vLLM without CUDA graphs")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", "--quiet", action="store_true", help="no progress bar (--quiet is the same)")
     return p
 
 

@@ -469,12 +469,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="a hydra override for the recipe side (repeatable), e.g. the run script's")
     parser.add_argument("--allow-version-mismatch", action="store_true",
                         help="do not fail when the installed verl is not the pinned one")
+    parser.add_argument("--quiet", action="store_true", help="print nothing on success (problems still go to stderr)")
     args = parser.parse_args(argv)
     recipe = args.recipe_dir.resolve() if args.recipe_dir else recipe_dir()
     if args.recipe_dir and not (recipe / f"{RECIPE_NAME}.yaml").is_file():
         parser.error(f"--recipe-dir {args.recipe_dir}: no {RECIPE_NAME}.yaml there")
     report = build_report(recipe, tuple(args.override), args.allow_version_mismatch)
-    print(json.dumps(report, indent=2, default=str) if args.json else render(report))
+    if not args.quiet:
+        print(json.dumps(report, indent=2, default=str) if args.json else render(report))
     if not report["ok"]:
         print(f"mrgrpo upstream: {len(report['problems'])} problem(s); first: {report['problems'][0]}", file=sys.stderr)
     return 0 if report["ok"] else 1
