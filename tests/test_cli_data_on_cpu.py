@@ -168,6 +168,22 @@ def test_a_missing_api_key_is_found_before_any_reference_run(tmp_path, capsys, m
     assert rc == 2 and "--base-url" in one_line(err)
 
 
+def test_an_unreachable_api_is_found_before_any_reference_run(tmp_path, capsys, monkeypatch):
+    import socket
+
+    with socket.socket() as s:  # a local port with nothing listening on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MRGRPO_TEST_KEY", "sk-test")
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    out = tmp_path / "o"
+    rc, _, err = run(["prepare", "--out", out, "--plans", "sync", "--api-key-env", "MRGRPO_TEST_KEY",
+                      "--base-url", f"http://127.0.0.1:{port}/v1"], capsys)
+    assert rc == 2 and f"cannot connect to 127.0.0.1:{port}" in one_line(err)
+    assert not (out / "problems.jsonl").exists()
+
+
 def test_another_input_on_the_same_out_is_refused_unless_forced(tmp_path, capsys):
     a = write_jsonl(tmp_path / "a.jsonl", [record(1), record(2)])
     b = write_jsonl(tmp_path / "b.jsonl", [record(3), record(4), record(5)])

@@ -288,12 +288,32 @@ def _check_api(a) -> None:
         return
     if not a.base_url.startswith(("http://", "https://")):
         raise UsageError(f"--base-url must start with http:// or https://, got {a.base_url!r}")
-    if not os.environ.get(a.api_key_env) and not _plans_done(a.out):
+    if _plans_done(a.out):
+        return
+    if not os.environ.get(a.api_key_env):
         raise UsageError(
             f"environment variable {a.api_key_env} is not set: it must hold the API key for {a.base_url} "
             "(export it, or name another variable with --api-key-env"
             + ("; --plans none needs no key)" if a.cmd == "prepare" else ")")
         )
+    _check_reachable(a.base_url)
+
+
+def _check_reachable(base_url: str, timeout: float = 10.0) -> None:
+    """A TCP connection to the API's host and port (no request is sent): a wrong host or port fails here, before
+    any reference run, instead of after them. Proxies (HTTPS_PROXY) are not followed: the check is skipped then."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy") or os.environ.get("ALL_PROXY"):
+        return
+    url = urlsplit(base_url)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--base-url {base_url}: cannot connect to {url.hostname}:{port} ({exc})") from None
 
 
 def _written(out: Path, cmd: str) -> list[str]:
