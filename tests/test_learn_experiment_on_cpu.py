@@ -42,3 +42,28 @@ def test_learning_curves_read_verls_file_logger(repo_root, tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[2]["pass1_synth_nodemo"] == 0.5
     assert "| grpo_k2 | synth_nodemo | 25.0 (step 0) | 50.0 (step 2) | +25.0 |" in lc.summary({"grpo_k2": rows})
     assert lc.main([str(tmp_path)]) == 0 and (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_rl_train_holds_every_nodemo_row_and_ratio_times_as_many_demonstrated(tmp_path):
+    import pyarrow.parquet as pq
+
+    from mrgrpo.apps import Problem, read_problems
+    from mrgrpo.data.build import make_row, parquet_bytes
+    from mrgrpo.data.synth import write_jsonl
+    from mrgrpo.data.validate import public_tests_json
+    from mrgrpo.learn.experiment import write_splits
+
+    src = write_jsonl(generate(400, seed=7), tmp_path / "s.jsonl")
+    rows = []
+    for i, p in enumerate(x for x in read_problems(src) if isinstance(x, Problem)):
+        rows.append(make_row(p, {"public_tests": public_tests_json(p, 2), "n_public": 2, "special": []}, "", "",
+                             "train", i))
+    (tmp_path / "prepared").mkdir()
+    (tmp_path / "prepared" / "train.parquet").write_bytes(parquet_bytes(rows))
+    counts = write_splits(tmp_path / "prepared", tmp_path, n_eval=50, rl_demo_ratio=1.0)
+    train = pq.read_table(tmp_path / "rl" / "train.parquet").to_pylist()
+    kinds = [split_of(r["extra_info"]["source_id"]) for r in train]
+    assert kinds.count("rl") == counts["rl"] > 0 and kinds.count("sft_rl") == counts["rl"]
+    val = pq.read_table(tmp_path / "rl" / "val.parquet").to_pylist()
+    assert {r["data_source"] for r in val} <= set(VAL_SOURCES)
+    assert not {r["extra_info"]["source_id"] for r in val} & {r["extra_info"]["source_id"] for r in train}

@@ -7,7 +7,8 @@ cheap and resume after a kill):
     DIR/synth/heldout_templates.jsonl mrgrpo data synth --templates heldout (n_heldout records)
     DIR/synth/selected.jsonl          every nodemo record, the first n_demo others, the held-out-template ones
     DIR/prepared/                     the unchanged `mrgrpo data prepare --plans none --val-fraction 0` on it
-    DIR/rl/train.parquet              what GRPO trains on: nodemo (train part) + demonstrated (train part)
+    DIR/rl/train.parquet              what GRPO trains on: nodemo (train part) + rl_demo_ratio x as many
+                                      demonstrated rows (train part), so RL time goes where SFT cannot help
     DIR/rl/val.parquet                held-out instances, data_source = the split (verl reports each separately):
                                       synth_seen (demonstrated compositions), synth_nodemo (compositions with NO
                                       demonstration), synth_unseen_template (a statement template never trained on)
@@ -40,6 +41,7 @@ class ExperimentOptions:
     n_demo: int = 6000  # demonstrated records kept from them
     n_heldout: int = 400  # held-out-template records
     n_eval: int = 300  # cap per validation split
+    rl_demo_ratio: float = 1.0  # demonstrated rows in RL train per nodemo row (RL time goes where SFT cannot help)
     max_prompt_length: int = 768
     max_response_length: int = 1024
     rounds: int = 2
@@ -76,7 +78,7 @@ def select_records(train_records: list[dict], heldout_records: list[dict], n_dem
     return nodemo + demo + list(heldout_records)
 
 
-def write_splits(prepared: Path, out: Path, n_eval: int) -> dict:
+def write_splits(prepared: Path, out: Path, n_eval: int, rl_demo_ratio: float = 1.0) -> dict:
     """The RL train/val and SFT-source parquet files from the prepared rows (see the module docstring)."""
     import pyarrow.parquet as pq
 
@@ -90,7 +92,8 @@ def write_splits(prepared: Path, out: Path, n_eval: int) -> dict:
     for source in VAL_SOURCES:
         for row in groups[source][:n_eval]:
             val.append({**row, "data_source": source})
-    train = groups["rl"] + groups["sft_rl"]
+    n_demo = min(len(groups["sft_rl"]), round(rl_demo_ratio * len(groups["rl"])))
+    train = groups["rl"] + groups["sft_rl"][:n_demo]
     for i, row in enumerate(train):
         row["extra_info"] = {**row["extra_info"], "index": i, "split": "train"}
     for i, row in enumerate(val):
@@ -122,7 +125,7 @@ def build(out: Path, opts: ExperimentOptions) -> dict:
     if not (prepared / "train.parquet").is_file():
         _run(_mrgrpo("data", "prepare", "--input", str(selected), "--out", str(prepared), "--plans", "none",
                      "--val-fraction", "0"))
-    counts = write_splits(prepared, out, opts.n_eval)
+    counts = write_splits(prepared, out, opts.n_eval, opts.rl_demo_ratio)
     print(f"splits: {json.dumps(counts)}", flush=True)
     if not (out / "tokenizer" / "tokenizer.json").is_file():
         _run([sys.executable, "-m", "mrgrpo.learn", "tokenizer", "--data", str(out / "rl" / "train.parquet"),
