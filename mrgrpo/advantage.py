@@ -55,6 +55,17 @@ def _config_value(config: Any, key: str, default: Any) -> Any:
     return getattr(config, key, default)
 
 
+def _check_shapes(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray) -> int:
+    """The batch size, after checking that rewards, mask and group ids describe the same rows."""
+    if token_level_rewards.shape != response_mask.shape:
+        raise ValueError(f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
+                         f"{tuple(response_mask.shape)} differ")
+    bsz = token_level_rewards.shape[0]
+    if len(index) != bsz:
+        raise ValueError(f"index has {len(index)} entries for {bsz} rows")
+    return bsz
+
+
 def compute_mrgrpo_grpo_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -79,12 +90,7 @@ def compute_mrgrpo_grpo_advantage(
     """
     if norm_adv_by_std_in_grpo is None:
         norm_adv_by_std_in_grpo = bool(_config_value(config, "norm_adv_by_std_in_grpo", True))
-    if token_level_rewards.shape != response_mask.shape:
-        raise ValueError(f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
-                         f"{tuple(response_mask.shape)} differ")
-    bsz = token_level_rewards.shape[0]
-    if len(index) != bsz:
-        raise ValueError(f"index has {len(index)} entries for {bsz} rows")
+    bsz = _check_shapes(token_level_rewards, response_mask, index)
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         kept = (response_mask != 0).any(dim=-1).tolist()
@@ -209,12 +215,7 @@ def compute_mrgrpo_attempt_advantage(
     if norm_adv_by_std_in_grpo is None:
         norm_adv_by_std_in_grpo = bool(_config_value(config, "norm_adv_by_std_in_grpo", True))
     gamma = _discount(config, gamma)
-    if token_level_rewards.shape != response_mask.shape:
-        raise ValueError(f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
-                         f"{tuple(response_mask.shape)} differ")
-    bsz = token_level_rewards.shape[0]
-    if len(index) != bsz:
-        raise ValueError(f"index has {len(index)} entries for {bsz} rows")
+    bsz = _check_shapes(token_level_rewards, response_mask, index)
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         turns = turn_index(response_mask)
