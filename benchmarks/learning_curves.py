@@ -7,6 +7,12 @@ each run it writes ``<run>.csv`` with the columns below (one row per logged step
 that metric) and ``curves.png`` with held-out pass@1 per split, reward, attempts, fix rate, response length and
 step time against the step. Validation metrics are verl's ``val-core/<data_source>/acc/mean@1`` (greedy pass@1
 on that split) and ``val-aux/<data_source>/...``.
+
+The SFT side (stages sft_eval and sft_more): ``sft_eval/step_N/summary.json`` and ``sft_more_eval/summary.json``
+(`mrgrpo eval`, greedy pass@1 per split) become ``sft_eval.csv``, the plateau check (pass@1 of the last checkpoint
+within 2 points of the checkpoint at 2/3 of its steps, i.e. flat over a further 50% of steps) and the headline
+table: the no-demonstration split's pass@1 after GRPO against the SFT plateau (+10 points wanted) and against the
+SFT continuation control (+8 points wanted).
 """
 
 from __future__ import annotations
@@ -100,6 +106,61 @@ def summary(runs: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def read_eval(path: Path) -> dict:
+    """pass@1 (final and first attempt) per split from one `mrgrpo eval` summary.json."""
+    try:
+        summary_json = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable mrgrpo eval summary: {exc}") from None
+    row = {}
+    for split, block in summary_json.get("by_data_source", {}).items():
+        if split in SPLITS:
+            row[f"pass1_{split}"] = block["final"]["pass@1"]
+            row[f"attempt1_pass1_{split}"] = block["attempt1"]["pass@1"]
+    return row
+
+
+def read_sft_evals(runs_dir: Path) -> list[dict]:
+    """One row per evaluated SFT checkpoint (sft_eval/step_N/summary.json), by step."""
+    rows = []
+    for path in runs_dir.glob("sft_eval/step_*/summary.json"):
+        rows.append({"step": int(path.parent.name.removeprefix("step_")), **read_eval(path)})
+    return sorted(rows, key=lambda r: r["step"])
+
+
+def plateau(sft_rows: list[dict], split: str, tolerance: float = 0.02) -> dict | None:
+    """The last checkpoint against the one nearest 2/3 of its steps: flat within `tolerance` over a further 50%."""
+    pts = [(r["step"], r[f"pass1_{split}"]) for r in sft_rows if f"pass1_{split}" in r]
+    if len(pts) < 2:
+        return None
+    last_step, last = pts[-1]
+    ref_step, ref = min(pts[:-1], key=lambda p: abs(p[0] - last_step * 2 / 3))
+    return {"split": split, "ref_step": ref_step, "ref": ref, "last_step": last_step, "last": last,
+            "flat": abs(last - ref) <= tolerance}
+
+
+def headline(runs: dict[str, list[dict]], sft_rows: list[dict], control: dict | None,
+             split: str = "synth_nodemo") -> str:
+    """GRPO's last held-out pass@1 on `split` against the SFT plateau and the SFT continuation control."""
+    col = f"pass1_{split}"
+    base = sft_rows[-1].get(col) if sft_rows else None
+    lines = [f"| run | {split} pass@1 (last eval) | vs SFT plateau (want >= +10) | vs SFT control (want >= +8) |",
+             "|---|---|---|---|"]
+    for name, rows in runs.items():
+        pts = [r[col] for r in rows if col in r]
+        if not pts:
+            continue
+        cells = [f"{100 * pts[-1]:.1f}"]
+        for ref in (base, (control or {}).get(col)):
+            cells.append("n/a" if ref is None else f"{100 * (pts[-1] - ref):+.1f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if base is not None:
+        lines.append(f"| SFT plateau (step {sft_rows[-1]['step']}) | {100 * base:.1f} | | |")
+    if control and col in control:
+        lines.append(f"| SFT continuation control | {100 * control[col]:.1f} | | |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs_dir", type=Path)
@@ -108,13 +169,33 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.runs_dir
     out.mkdir(parents=True, exist_ok=True)
     runs = {p.stem: read_run(p) for p in sorted(args.runs_dir.glob("*.jsonl"))}
-    if not runs:
-        raise SystemExit(f"no *.jsonl in {args.runs_dir}")
+    sft_rows = read_sft_evals(args.runs_dir)
+    control_path = args.runs_dir / "sft_more_eval/summary.json"
+    control = read_eval(control_path) if control_path.is_file() else None
+    if not runs and not sft_rows:
+        raise SystemExit(f"no *.jsonl and no sft_eval/step_*/summary.json in {args.runs_dir}")
+    written = []
     for name, rows in runs.items():
         write_csv(rows, out / f"{name}.csv")
-    plot(runs, out / "curves.png")
-    print(summary(runs))
-    print(f"wrote {', '.join(f'{n}.csv' for n in runs)} and curves.png to {out}")
+        written.append(f"{name}.csv")
+    if sft_rows:
+        with (out / "sft_eval.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["step", *sorted({k for r in sft_rows for k in r} - {"step"})])
+            w.writeheader()
+            w.writerows(sft_rows)
+        written.append("sft_eval.csv")
+        print("| SFT split | pass@1 at step | pass@1 at last step | flat within 2 points |\n|---|---|---|---|")
+        for split in SPLITS:
+            p = plateau(sft_rows, split)
+            if p:
+                print(f"| {split} | {100 * p['ref']:.1f} ({p['ref_step']}) | {100 * p['last']:.1f} ({p['last_step']}) "
+                      f"| {'yes' if p['flat'] else 'no'} |")
+    if runs:
+        plot(runs, out / "curves.png")
+        written.append("curves.png")
+        print(summary(runs))
+        print(headline(runs, sft_rows, control))
+    print(f"wrote {', '.join(written)} to {out}")
     return 0
 
 

@@ -67,3 +67,30 @@ def test_rl_train_holds_every_nodemo_row_and_ratio_times_as_many_demonstrated(tm
     val = pq.read_table(tmp_path / "rl" / "val.parquet").to_pylist()
     assert {r["data_source"] for r in val} <= set(VAL_SOURCES)
     assert not {r["extra_info"]["source_id"] for r in val} & {r["extra_info"]["source_id"] for r in train}
+
+
+def _eval_summary(nodemo: float, seen: float) -> dict:
+    def block(p):
+        return {"final": {"pass@1": p}, "attempt1": {"pass@1": p / 2}}
+
+    return {"by_data_source": {"synth_nodemo": block(nodemo), "synth_seen": block(seen), "other": block(1.0)}}
+
+
+def test_learning_curves_sft_plateau_and_headline(repo_root, tmp_path):
+    spec = importlib.util.spec_from_file_location("learning_curves", repo_root / "benchmarks/learning_curves.py")
+    lc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lc)
+    for step, nodemo in ((200, 0.10), (800, 0.20), (1200, 0.21)):
+        (tmp_path / f"sft_eval/step_{step}").mkdir(parents=True)
+        (tmp_path / f"sft_eval/step_{step}/summary.json").write_text(json.dumps(_eval_summary(nodemo, 0.5)))
+    rows = lc.read_sft_evals(tmp_path)
+    assert [r["step"] for r in rows] == [200, 800, 1200]
+    assert rows[1]["pass1_synth_nodemo"] == 0.20 and rows[1]["attempt1_pass1_synth_nodemo"] == 0.10
+    assert "pass1_other" not in rows[0]
+    p = lc.plateau(rows, "synth_nodemo")
+    assert (p["ref_step"], p["last_step"], p["flat"]) == (800, 1200, True)
+    assert lc.plateau(rows[:2], "synth_nodemo")["flat"] is False  # 10 -> 20: still rising
+    grpo = [{"step": 0, "pass1_synth_nodemo": 0.21}, {"step": 30, "pass1_synth_nodemo": 0.35}]
+    table = lc.headline({"grpo_k2": grpo}, rows, {"pass1_synth_nodemo": 0.25})
+    assert "| grpo_k2 | 35.0 | +14.0 | +10.0 |" in table
+    assert "n/a" in lc.headline({"grpo_k2": grpo}, rows, None)

@@ -215,6 +215,10 @@ if [[ "$PROFILE" == tiny || "$PROFILE" == synth ]]; then
     actor_rollout_ref.model.use_remove_padding=False
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa
     actor_rollout_ref.model.enable_gradient_checkpointing=False
+    # Without flash-attn verl computes log-probs one token at a time (torch_functional.logprobs_from_logits_v2
+    # loops over rows: ~300k tiny kernels per SFT step, 40x below the hardware); the fused kernels' torch backend
+    # computes them in chunks of 512 tokens instead (docs/results/learning.md, "Speed").
+    actor_rollout_ref.model.use_fused_kernels=True
     actor_rollout_ref.actor.use_torch_compile=False
     actor_rollout_ref.actor.fsdp_config.use_torch_compile=False
     actor_rollout_ref.rollout.enforce_eager=True

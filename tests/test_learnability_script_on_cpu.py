@@ -1,0 +1,85 @@
+"""recipe/mrgrpo/learnability.sh and sft_synth.sh without a GPU: their DRY_RUN launch lines compose with verl 0.9.1's
+own hydra configs, so a key verl does not have (``trainer.seed`` in main_ppo) or a setting verl's trainer trips on
+(``test_freq`` > 0 without validation files) fails here, not 5 minutes into a GPU lease.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+
+def _run(repo_root: Path, script: str, *args: str, **env: str) -> list[list[str]]:
+    full_env = {k: v for k, v in os.environ.items() if k not in {"PROFILE", "MODEL", "DATA_DIR", "ROUNDS", "STAGES"}}
+    full_env.update(env, DRY_RUN="1", PATH=f"{Path(os.sys.executable).parent}:/usr/bin:/bin",
+                    PYTHON=os.sys.executable)
+    proc = subprocess.run(["bash", script, *args], cwd=repo_root, env=full_env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [shlex.split(line) for line in proc.stdout.strip().splitlines()]
+
+
+def _compose(config_dir: str, name: str, overrides: list[str]):
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name=name, overrides=overrides)
+
+
+def _grpo_cfg(argv: list[str]):
+    assert argv[1:3] == ["-m", "verl.trainer.main_ppo"]
+    name_at = argv.index("--config-name")
+    return _compose(argv[argv.index("--config-path") + 1], argv[name_at + 1], argv[name_at + 2 :])
+
+
+def _sft_cfg(argv: list[str]):
+    import verl
+
+    assert argv[0] == "torchrun" and argv[argv.index("-m") + 1] == "verl.trainer.sft_trainer"
+    overrides = argv[argv.index("-m") + 2 :]
+    return _compose(str(Path(verl.__file__).parent / "trainer/config"), "sft_trainer_engine", overrides)
+
+
+def test_grpo_stages_compose_validate_and_carry_the_seed_and_rounds(repo_root, tmp_path):
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    lines = _run(repo_root, "recipe/mrgrpo/learnability.sh", STAGES="grpo,grpo_k0", SEED="7", ROUNDS="2",
+                 EXP_DIR=str(tmp_path / "exp"))
+    assert len(lines) == 2
+    k2, k0 = (_grpo_cfg(argv) for argv in lines)
+    assert (k2.mrgrpo.agent_loop.rounds, k0.mrgrpo.agent_loop.rounds) == (2, 0)
+    for cfg in (k2, k0):
+        assert cfg.data.seed == 7
+        assert cfg.actor_rollout_ref.actor.fsdp_config.seed == 7 and cfg.actor_rollout_ref.rollout.seed == 7
+        assert cfg.actor_rollout_ref.model.use_fused_kernels is True
+        assert cfg.actor_rollout_ref.model.path == str(tmp_path / "exp/sft_model")
+        cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+        validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+
+
+def test_sft_composes_with_verl_and_tests_only_with_validation_files(repo_root, tmp_path):
+    exp = tmp_path / "exp"
+    (argv,) = _run(repo_root, "recipe/mrgrpo/sft_synth.sh", EXP_DIR=str(exp), SAVE_FREQ="250", SFT_STEPS="900")
+    cfg = _sft_cfg(argv)
+    assert cfg.data.val_files is None and cfg.trainer.test_freq == -1
+    assert cfg.trainer.save_freq == 250 and cfg.trainer.total_training_steps == 900
+    assert cfg.model.use_fused_kernels is True and cfg.model.use_remove_padding is False
+    assert cfg.data.custom_cls.name == "TranscriptSFTDataset"
+
+    (exp / "sft").mkdir(parents=True)
+    (exp / "sft/sft_val.parquet").write_bytes(b"")
+    (argv,) = _run(repo_root, "recipe/mrgrpo/sft_synth.sh", EXP_DIR=str(exp), SAVE_FREQ="250")
+    cfg = _sft_cfg(argv)
+    assert cfg.data.val_files == str(exp / "sft/sft_val.parquet") and cfg.trainer.test_freq == 250
+
+
+def test_sft_max_length_follows_the_longest_transcript(repo_root, tmp_path):
+    exp = tmp_path / "exp"
+    (exp / "sft").mkdir(parents=True)
+    (exp / "sft/sft_report.json").write_text('{"splits": {"train": {"max_tokens": 1500}}}')
+    (argv,) = _run(repo_root, "recipe/mrgrpo/sft_synth.sh", EXP_DIR=str(exp))
+    assert _sft_cfg(argv).data.max_length == 1536
