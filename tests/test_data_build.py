@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class AllPass:
-    def run_many(self, jobs, progress=False):
+    def run_many(self, jobs, progress=False, on_result=None):
         return [RefOutcome("AC", len(j.inputs), len(j.inputs), 0.0, "") for j in jobs]
 
 

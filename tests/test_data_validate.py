@@ -27,7 +27,7 @@ class FakeRunner:
         self.rule = rule or (lambda job: "AC")
         self.jobs = []
 
-    def run_many(self, jobs, progress=False):
+    def run_many(self, jobs, progress=False, on_result=None):
         self.jobs.extend(jobs)
         out = []
         for j in jobs:
@@ -175,3 +175,24 @@ def test_original_apps_records_flow_through(tmp_path):
     assert runner.jobs[0].fn_name == "double" and runner.jobs[0].outputs == [2, 4]
     assert res.problems[0]["public_tests"] == {"inputs": [[1]], "outputs": [[2]], "fn_name": "double"}
     assert [q["reason"] for q in res.quarantined] == ["schema"]
+
+
+class SavingFakeRunner(FakeRunner):
+    """Reports each outcome through on_result as it completes, as the sandbox runner does."""
+
+    def run_many(self, jobs, progress=False, on_result=None):
+        out = super().run_many(jobs, progress)
+        for i, o in enumerate(out):
+            on_result(i, o)
+        return out
+
+
+def test_reference_cache_holds_one_line_per_run_whether_or_not_the_runner_saves_as_it_goes(tmp_path):
+    """A run is written to the cache once: by on_result as it completes, or after run_many for a runner that
+    reports nothing along the way; INFRA is never written."""
+    for runner in (FakeRunner(), SavingFakeRunner(lambda job: "INFRA" if job.fn_name == "how_many_bees" else "AC")):
+        out = tmp_path / type(runner).__name__
+        res = validate(bundled_sample_path(), out, ValidateOptions(), runner=runner)
+        lines = (out / "cache" / "reference_runs.jsonl").read_text().splitlines()
+        keys = [json.loads(line)["key"] for line in lines]
+        assert len(keys) == len(set(keys)) == res.reference_runs - (isinstance(runner, SavingFakeRunner))

@@ -28,7 +28,7 @@ from mrgrpo.data.build import BuildOptions, build_rows, parquet_bytes
 from mrgrpo.data.plans import PlanOptions, generate_plans, make_client, usage_dict
 from mrgrpo.data.runner import ReferenceRunner
 from mrgrpo.data.store import DataError
-from mrgrpo.data.validate import ReferenceCache, ValidateOptions, problem_from_dict, validate
+from mrgrpo.data.validate import ValidateOptions, problem_from_dict, validate
 
 PROBLEMS = "problems.jsonl"
 QUARANTINE = "quarantine.jsonl"
@@ -69,42 +69,6 @@ class StageOutcome:
 # ---------------------------------------------------------------- validate
 
 
-class SavingRunner:
-    """The sandbox reference runner, one job per sandbox slot, with each outcome appended to the reference cache
-    as soon as it completes: a Ctrl-C loses no finished run (the plain runner returns them all at the end).
-
-    Ctrl-C: queued runs are dropped, running ones are finished and saved, KeyboardInterrupt propagates."""
-
-    def __init__(self, cache_path: Path, inner: ReferenceRunner | None = None, workers: int | None = None):
-        if inner is None:
-            from mrgrpo.data.runner import SandboxRunner
-
-            inner = SandboxRunner(workers)
-        self.inner = inner
-        self.cache_path = cache_path
-        self.workers = workers
-        self._cache: ReferenceCache | None = None
-
-    def run_many(self, jobs, progress: bool = False) -> list:
-        from mrgrpo.cli import map_saving
-
-        if self._cache is None:
-            self._cache = ReferenceCache(self.cache_path)
-        workers = self.workers
-        if workers is None:
-            from mrgrpo.sandbox.pool import default_workers
-
-            workers = default_workers()
-        return map_saving(
-            lambda job: self.inner.run_many([job])[0],
-            list(jobs),
-            lambda i, outcome: self._cache.put(jobs[i], outcome),
-            workers,
-            progress=progress,
-            desc="reference runs",
-        )
-
-
 def _cache_rows(path: Path) -> list[dict]:
     return list(store.read_jsonl(path, tolerate_bad_lines=True)) if path.is_file() else []
 
@@ -112,16 +76,6 @@ def _cache_rows(path: Path) -> list[dict]:
 def count_reference_cache(out: Path) -> int:
     """Reference runs saved in ``DIR/cache/reference_runs.jsonl`` (distinct jobs)."""
     return len({r.get("key") for r in _cache_rows(out.joinpath(*REFERENCE_CACHE)) if isinstance(r, dict)})
-
-
-def compact_reference_cache(out: Path) -> None:
-    """One line per job in the reference cache (the saving runner and ``validate`` both append an outcome; the last
-    one wins, as when the cache is read). Rewrites the file only when it holds a repeated key."""
-    path = out.joinpath(*REFERENCE_CACHE)
-    rows = [r for r in _cache_rows(path) if isinstance(r, dict) and "key" in r]
-    last = {r["key"]: r for r in rows}
-    if len(last) != len(rows) or (path.is_file() and len(rows) != len(path.read_bytes().splitlines())):
-        store.write_text_if_changed(path, store.jsonl_text(last.values()))
 
 
 def run_validate(
@@ -147,15 +101,10 @@ def run_validate(
         )
     if not force and state.is_done("validate", fingerprint, [out / PROBLEMS, out / QUARANTINE]):
         return StageOutcome("validate", True, time.perf_counter() - t0, state.data["validate"].get("info", {}))
-    if runner is None and opts.run_reference:
-        runner = SavingRunner(out.joinpath(*REFERENCE_CACHE))
     try:
         res = validate(path, out, opts, runner=runner, progress=progress)
     except KeyboardInterrupt:
         raise ValidateInterrupted(count_reference_cache(out)) from None
-    finally:
-        if isinstance(runner, SavingRunner):
-            compact_reference_cache(out)
     store.write_text_if_changed(out / PROBLEMS, store.jsonl_text(res.problems))
     quarantine = [{**q, "stage": "validate"} for q in res.quarantined]
     store.write_text_if_changed(out / QUARANTINE, store.jsonl_text(quarantine))

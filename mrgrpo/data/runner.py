@@ -1,12 +1,13 @@
 """The one seam between the data pipeline and the sandbox: run reference programs against their tests.
 
 ``SandboxRunner`` uses ``mrgrpo.sandbox`` (imported lazily); tests may pass any object with the same
-``run_many`` method. Results are cached by the caller, so a second run of the pipeline runs nothing.
+``run_many`` method. Results are cached by the caller (``on_result`` saves each one as it completes), so a second
+run of the pipeline runs nothing, and a Ctrl-C loses no finished run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,8 +31,17 @@ class RefOutcome:
     detail: str  # short message: the first failing test's verdict and stderr tail, or the INFRA reason
 
 
+OnResult = Callable[[int, "RefOutcome"], None]
+
+
 class ReferenceRunner(Protocol):
-    def run_many(self, jobs: Sequence[RefJob], progress: bool = False) -> list[RefOutcome]: ...
+    def run_many(
+        self, jobs: Sequence[RefJob], progress: bool = False, on_result: OnResult | None = None
+    ) -> list[RefOutcome]:
+        """Outcomes in job order; ``on_result(i, outcome)``, if given, runs in the calling thread as job ``i``
+        completes. Ctrl-C: queued jobs are dropped, running ones finish and reach ``on_result``, then
+        KeyboardInterrupt propagates."""
+        ...
 
 
 def _reference_failure(result) -> str:
@@ -51,7 +61,8 @@ def _reference_failure(result) -> str:
 
 
 class SandboxRunner:
-    """Runs reference programs in ``mrgrpo.sandbox`` with ``stop_on_first_failure=False`` (all tests run)."""
+    """Runs reference programs in ``mrgrpo.sandbox`` with ``stop_on_first_failure=False`` (all tests run), one job per
+    sandbox slot at a time."""
 
     def __init__(self, workers: int | None = None):
         try:
@@ -80,19 +91,24 @@ class SandboxRunner:
             kwargs["limits"] = sb.Limits(time_s=job.time_s, wall_s=max(job.time_s * 3, job.time_s + 2))
         return sb.Job(**kwargs)
 
-    def run_many(self, jobs: Sequence[RefJob], progress: bool = False) -> list[RefOutcome]:
-        if not jobs:
-            return []
-        results = self._sandbox.run_batch([self._job(j) for j in jobs], workers=self.workers, progress=progress)
-        if len(results) != len(jobs):
-            raise RuntimeError(f"mrgrpo.sandbox.run_batch returned {len(results)} results for {len(jobs)} jobs")
-        return [
-            RefOutcome(
-                verdict=str(getattr(r.verdict, "value", r.verdict)),
-                passed=int(r.passed),
-                total=int(r.total),
-                time_s=float(r.time_s),
-                detail="" if str(getattr(r.verdict, "value", r.verdict)) == "AC" else _reference_failure(r),
-            )
-            for r in results
-        ]
+    def _run_one(self, job: RefJob) -> RefOutcome:
+        r = self._sandbox.run(self._job(job))
+        verdict = str(getattr(r.verdict, "value", r.verdict))
+        return RefOutcome(
+            verdict=verdict,
+            passed=int(r.passed),
+            total=int(r.total),
+            time_s=float(r.time_s),
+            detail="" if verdict == "AC" else _reference_failure(r),
+        )
+
+    def run_many(
+        self, jobs: Sequence[RefJob], progress: bool = False, on_result: OnResult | None = None
+    ) -> list[RefOutcome]:
+        from mrgrpo.cli import map_saving
+        from mrgrpo.sandbox.pool import get_pool
+
+        pool = get_pool(self.workers)  # grown to `workers` slots if asked for more than the default
+        workers = self.workers or pool.size
+        done = on_result if on_result is not None else (lambda i, outcome: None)
+        return map_saving(self._run_one, list(jobs), done, workers, progress=progress, desc="reference runs")

@@ -198,12 +198,19 @@ def run_references(
     outcomes: list[RefOutcome | None] = [cache.get(j) for j in jobs]
     todo = [i for i, o in enumerate(outcomes) if o is None]
     if todo:
-        fresh = runner.run_many([jobs[i] for i in todo], progress=progress)
+        saved: set[int] = set()
+
+        def save(k: int, outcome: RefOutcome) -> None:  # as each run completes: a Ctrl-C keeps it
+            cache.put(jobs[todo[k]], outcome)
+            saved.add(k)
+
+        fresh = runner.run_many([jobs[i] for i in todo], progress=progress, on_result=save)
         if len(fresh) != len(todo):
             raise RuntimeError(f"reference runner returned {len(fresh)} outcomes for {len(todo)} jobs")
-        for i, o in zip(todo, fresh, strict=True):
+        for k, (i, o) in enumerate(zip(todo, fresh, strict=True)):
             outcomes[i] = o
-            cache.put(jobs[i], o)
+            if k not in saved:  # a runner that returns everything at the end
+                cache.put(jobs[i], o)
     return outcomes, len(todo)  # type: ignore[return-value]
 
 
