@@ -90,7 +90,11 @@ def cmd_sft_data(args) -> int:
     from mrgrpo.learn.transcripts import LoopSettings, build_transcripts, write_parquet
 
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    if "fix" in kinds and args.rounds < 1:
+    settings = LoopSettings(plan_source=args.plan_source, rounds=args.rounds, enable_thinking=args.enable_thinking,
+                            max_prompt_length=args.max_prompt_length, max_response_length=args.max_response_length,
+                            min_turn_tokens=args.min_turn_tokens, feedback_max_chars=args.feedback_max_chars,
+                            feedback_stderr_chars=args.feedback_stderr_chars)
+    if "fix" in kinds and settings.rounds < 1:
         raise SystemExit("--kinds fix needs --rounds >= 1 (the loop gives no feedback with 0 rounds)")
     sys_prompt = None
     if args.sys_prompt:
@@ -98,10 +102,6 @@ def cmd_sft_data(args) -> int:
 
         sys_prompt = resolve_sys_prompt(args.sys_prompt)
     tok = _load_tokenizer(args.tokenizer)
-    settings = LoopSettings(plan_source=args.plan_source, rounds=args.rounds, enable_thinking=args.enable_thinking,
-                            max_prompt_length=args.max_prompt_length, max_response_length=args.max_response_length,
-                            min_turn_tokens=args.min_turn_tokens, feedback_max_chars=args.feedback_max_chars,
-                            feedback_stderr_chars=args.feedback_stderr_chars)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {"data": str(args.data), "tokenizer": str(args.tokenizer), "kinds": list(kinds),
@@ -176,16 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tokenizer", required=True, help="tokenizer or model dir: the one the GRPO run uses")
     s.add_argument("--out", required=True, help="directory for sft_train.parquet [, sft_val.parquet], sft_report.json")
     s.add_argument("--kinds", default="plan_code,fix", help="comma list of: plan_code, fix")
-    s.add_argument("--plan-source", default="self", choices=["self", "none"],
-                   help="the GRPO run's plan source (self: a plan turn first)")
-    s.add_argument("--rounds", type=int, default=2, help="the GRPO run's feedback rounds (fix needs >= 1)")
+    recipe = "(default: the recipe's mrgrpo.agent_loop.%s)"
+    s.add_argument("--plan-source", default=None, choices=["self", "none"],
+                   help="the GRPO run's plan source (self: a plan turn first) " + recipe % "plan_source")
+    s.add_argument("--rounds", type=int, default=None,
+                   help="the GRPO run's feedback rounds (fix needs >= 1) " + recipe % "rounds")
     s.add_argument("--enable-thinking", type=_bool, default=False,
                    help="the run's data.apply_chat_template_kwargs.enable_thinking (default false)")
     s.add_argument("--max-prompt-length", type=int, default=2048, help="drop rows whose first prompt is longer")
     s.add_argument("--max-response-length", type=int, default=4096, help="the loop's response budget")
-    s.add_argument("--min-turn-tokens", type=int, default=32)
-    s.add_argument("--feedback-max-chars", type=int, default=400)
-    s.add_argument("--feedback-stderr-chars", type=int, default=400)
+    s.add_argument("--min-turn-tokens", type=int, default=None, help=recipe % "min_turn_tokens")
+    s.add_argument("--feedback-max-chars", type=int, default=None, help=recipe % "feedback_max_chars")
+    s.add_argument("--feedback-stderr-chars", type=int, default=None, help=recipe % "feedback_stderr_chars")
     s.add_argument("--fixes-per-problem", type=int, default=1, help="fix transcripts (distinct mutants) per problem")
     s.add_argument("--max-mutants", type=int, default=12, help="mutants tried per problem")
     s.add_argument("--seed", type=int, default=0)

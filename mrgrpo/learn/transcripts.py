@@ -141,19 +141,31 @@ def replayed_sandbox(sandbox: ReplaySandbox):
 
 
 # ------------------------------------------------------------------ one transcript
+_LOOP_KEYS = ("plan_source", "rounds", "min_turn_tokens", "feedback_max_chars", "feedback_stderr_chars")
+
+
 @dataclass(frozen=True)
 class LoopSettings:
-    """The agent-loop settings transcripts are made with: use the GRPO run's values."""
+    """The agent-loop settings transcripts are made with: use the GRPO run's values. The loop's own keys left at
+    None take the recipe's defaults (the trainer yaml's ``mrgrpo.agent_loop`` section, their one home)."""
 
-    plan_source: str = "self"
-    rounds: int = 2
+    plan_source: str | None = None
+    rounds: int | None = None
     enable_thinking: bool = False
     max_prompt_length: int = 2048
     max_response_length: int = 4096
-    min_turn_tokens: int = 32
-    feedback_max_chars: int = 400
-    feedback_stderr_chars: int = 400
+    min_turn_tokens: int | None = None
+    feedback_max_chars: int | None = None
+    feedback_stderr_chars: int | None = None
     hf_model_type: str = "qwen3"
+
+    def __post_init__(self):
+        from mrgrpo.agent_loop import recipe_settings
+
+        recipe = recipe_settings()
+        for key in _LOOP_KEYS:
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, recipe[key])
 
     def loop_config(self):
         """The trainer config the loop reads: the recipe's ``mrgrpo.agent_loop`` section with these settings."""
@@ -161,8 +173,7 @@ class LoopSettings:
 
         from mrgrpo.agent_loop import recipe_settings
 
-        ours = {"plan_source": self.plan_source, "rounds": self.rounds, "min_turn_tokens": self.min_turn_tokens,
-                "feedback_max_chars": self.feedback_max_chars, "feedback_stderr_chars": self.feedback_stderr_chars}
+        ours = {key: getattr(self, key) for key in _LOOP_KEYS}
         return OmegaConf.create({
             # the prompt is measured (and rows over max_prompt_length dropped) here, never cut by verl
             "actor_rollout_ref": {"rollout": {"prompt_length": 1 << 30, "response_length": self.max_response_length,
