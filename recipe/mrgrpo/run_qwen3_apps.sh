@@ -53,6 +53,8 @@ elif [[ "$PROFILE" == synth ]]; then
   AGENT_WORKERS=${AGENT_WORKERS:-8}
   ROLLOUT_TP=${ROLLOUT_TP:-1}
   LR=${LR:-5e-5}                          # 28M params from scratch: 5e-5 was stable, 2e-4 collapsed
+  MINI_BATCH=${MINI_BATCH:-16}            # 4 policy updates per step of 64 prompts: a step costs ~23 s here,
+                                          # almost all generation, so each batch of rollouts is used 4 times
   TEST_FREQ=${TEST_FREQ:-10}              # held-out pass@1 (greedy) every TEST_FREQ steps and before training
 elif [[ "$PROFILE" == default ]]; then
   MODEL=${MODEL:-Qwen/Qwen3-0.6B}         # any Qwen3 up to 8B (raise GPUS_PER_NODE / ROLLOUT_TP for 4B-8B)
