@@ -35,6 +35,9 @@ COLUMNS = {
     "gen_time_s": "timing_s/gen",
     "sandbox_p50_s": "mrgrpo/sandbox/public_s/p50",
     "sandbox_p99_s": "mrgrpo/sandbox/public_s/p99",
+    "sandbox_wait_max_s": "mrgrpo/sandbox/trajectory_s/max",
+    "verdict_TLE": "mrgrpo/verdict/TLE",
+    "verdict_INFRA": "mrgrpo/verdict/INFRA",
     "infra_rate": "mrgrpo/infra/rate",
 }
 for _split in SPLITS:
@@ -103,6 +106,12 @@ def summary(runs: dict[str, list[dict]]) -> str:
                 (s0, a0), (s1, a1) = pts[0], pts[-1]
                 lines.append(f"| {name} | {split} | {100 * a0:.1f} (step {s0}) | {100 * a1:.1f} (step {s1}) | "
                              f"{100 * (a1 - a0):+.1f} |")
+    waits = [r["sandbox_wait_max_s"] / r["step_time_s"] for rows in runs.values() for r in rows
+             if "sandbox_wait_max_s" in r and r.get("step_time_s")]
+    if waits:
+        waits.sort()
+        lines.append(f"\nsandbox share of the step (bound: slowest trajectory's sandbox wait / step time): median "
+                     f"{100 * waits[len(waits) // 2]:.1f}%, max {100 * waits[-1]:.1f}% over {len(waits)} steps")
     return "\n".join(lines)
 
 

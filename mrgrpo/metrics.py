@@ -230,6 +230,11 @@ def batch_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     if latencies:
         m[f"{p}sandbox/public_s/p50"] = percentile(latencies, 50)
         m[f"{p}sandbox/public_s/p99"] = percentile(latencies, 99)
+    # Sandbox seconds a trajectory waited for: its public-test calls plus (when scored during rollout) its hidden
+    # tests. The rollout's wall time is its slowest trajectory's, so /max over the step time bounds the share.
+    waited = [sum(float(x) for x in r[SANDBOX_S]) + (float(r.get("time_s") or 0.0) if reward else 0.0) for r in flat]
+    m[f"{p}sandbox/trajectory_s/mean"] = _mean(waited)
+    m[f"{p}sandbox/trajectory_s/max"] = max(waited)
 
     # outcome quality, over the trained rows
     ts = [s for _, s in trained]

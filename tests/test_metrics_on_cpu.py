@@ -147,6 +147,16 @@ def test_batch_sandbox_latency_percentiles():
     assert m["mrgrpo/sandbox/public_s/p99"] == pytest.approx(1 + 7 * 0.99)
 
 
+def test_batch_sandbox_time_per_trajectory_adds_public_calls_and_hidden_tests():
+    """Per trajectory: the sum of its public calls plus its hidden tests' time_s (0.01 each); all rows count."""
+    m = mm.batch_metrics(hand_batch())
+    per_row = [1.0, 5.0, 4.0, 5.0, 0.0, 6.0, 7.0, 8.0]
+    assert m["mrgrpo/sandbox/trajectory_s/max"] == pytest.approx(8.01)
+    assert m["mrgrpo/sandbox/trajectory_s/mean"] == pytest.approx(sum(per_row) / 8 + 0.01)
+    no_reward = [{k: v for k, v in r.items() if k != "reward_extra_info"} for r in hand_batch()]
+    assert mm.batch_metrics(no_reward)["mrgrpo/sandbox/trajectory_s/max"] == pytest.approx(8.0)
+
+
 def test_percentile_matches_numpy_linear():
     np = pytest.importorskip("numpy")
     xs = [0.3, 5.0, 1.25, 9.0, 2.0, 2.0, 7.5]
