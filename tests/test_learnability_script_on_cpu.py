@@ -83,3 +83,32 @@ def test_sft_max_length_follows_the_longest_transcript(repo_root, tmp_path):
     (exp / "sft/sft_report.json").write_text('{"splits": {"train": {"max_tokens": 1500}}}')
     (argv,) = _run(repo_root, "recipe/mrgrpo/sft_synth.sh", EXP_DIR=str(exp))
     assert _sft_cfg(argv).data.max_length == 1536
+
+
+def test_sft_eval_evaluates_each_checkpoint_up_to_sft_steps_once(repo_root, tmp_path):
+    """sft_eval runs `mrgrpo eval` (greedy, one sample) on every SFT checkpoint up to SFT_STEPS, in step order,
+    with the tokenizer beside the weights, and skips a checkpoint that already has its summary."""
+    exp, out = tmp_path / "exp", tmp_path / "runs"
+    (exp / "tokenizer").mkdir(parents=True)
+    (exp / "tokenizer/tokenizer.json").write_text("{}")
+    for step in (200, 400, 600, 800):
+        (exp / f"sft_ckpt/global_step_{step}/huggingface").mkdir(parents=True)
+    (out / "sft_eval/step_400").mkdir(parents=True)
+    (out / "sft_eval/step_400/summary.json").write_text("{}")
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "fake_python"
+    fake.write_text(f'#!/bin/bash\necho "$@" >> {calls}\nwhile [[ $# -gt 0 ]]; do [[ $1 == --out ]] && '
+                    'mkdir -p "$2" && echo "{{}}" > "$2/summary.json"; shift; done\n')
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in {"STAGES", "DRY_RUN", "ROUNDS"}}
+    env.update(STAGES="sft_eval", EXP_DIR=str(exp), OUT_DIR=str(out), SFT_STEPS="600", PYTHON=str(fake))
+    proc = subprocess.run(["bash", "recipe/mrgrpo/learnability.sh"], cwd=repo_root, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = calls.read_text().splitlines()
+    assert [line.split("--out ")[1].split()[0] for line in lines] == [
+        str(out / "sft_eval/step_200"), str(out / "sft_eval/step_600")]
+    for line in lines:
+        assert line.startswith("-m mrgrpo eval --model ") and "--temperature 0" in line and "--n 1 --k 1" in line
+        assert f"--data {exp}/rl/val.parquet" in line
+    assert (exp / "sft_ckpt/global_step_200/huggingface/tokenizer.json").is_file()
