@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# The agent loop's shared fakes and checks assert; show the values when they fail.
+pytest.register_assert_rewrite("mrgrpo.testing.loop_fakes")
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -1,9 +1,12 @@
 """PlanCodeAgentLoop driven by a scripted fake rollout server and a fake sandbox, through every path.
 
-The fake server "generates" by encoding scripted text (that is the model's side; the loop itself never
-encodes generated text) and returns per-token logprobs that are easy to recognise. Every test checks the
-exact token stream: prompt ids equal the chat template's rendering, mask-1 positions hold exactly the
-generated tokens (with their logprobs), and everything else is the template's rendering of injected turns.
+The fakes (`mrgrpo.testing.loop_fakes`) behave as the real things where the loop can tell: the server "generates"
+by encoding scripted text (the loop itself never encodes generated text), stops at an end token, at its cap, at the
+model's context limit or on an abort, and returns distinct per-token logprobs; the sandbox runs the program and
+judges it as `mrgrpo.sandbox` does (first failing test, SE, TLE, RE, float_tol; INFRA injected per program), which
+`test_fake_sandbox_judges_as_the_real_one` checks against the real sandbox. Every test checks the exact token
+stream: prompt ids equal the chat template's rendering, mask-1 positions hold exactly the generated tokens with
+their logprob values, and everything else is the template's rendering of injected turns (logprob 0.0).
 """
 
 from __future__ import annotations
@@ -11,193 +14,44 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from pathlib import Path
 
 import hydra
 import pytest
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 from verl.utils.dataset.rl_dataset import RLHFDataset
-from verl.workers.rollout.replica import TokenOutput
 
 import mrgrpo.agent_loop as al
 from mrgrpo import prompts
-from mrgrpo.code_extract import extract_code
 from mrgrpo.data.build import AGENT_NAME
-from mrgrpo.sandbox import ExecResult, Job, Limits, TestResult, Verdict
+from mrgrpo.sandbox import ExecResult, Limits, TestResult, Verdict
+from mrgrpo.testing.loop_fakes import (
+    BAD,
+    CRASH,
+    GEN,
+    GOOD,
+    PLAN,
+    PUBLIC,
+    STATEMENT,
+    FakeSandbox,
+    FakeServer,
+    check_accounting,
+    decoded_response,
+    initial_ids,
+    make_config,
+    make_loop,
+    make_row,
+    recipe_loop_settings,
+)
+from mrgrpo.testing.loop_fakes import run_loop as run
 from mrgrpo.testset import TestSet
-
-STATEMENT = "Read n and print n + 1."
-PLAN = "Read the integer, add one, print it."
-GOOD = "```python\nprint(int(input()) + 1)\n```"
-BAD = "```python\nprint(int(input()))\n```"
-CRASH = "```python\nprint(1 // 0)\n```"
-PUBLIC = {"inputs": ["1\n", "5\n"], "outputs": ["2\n", "6\n"]}
-TRAINER_YAML = Path(__file__).resolve().parents[1] / "recipe" / "mrgrpo" / "config" / "mrgrpo_trainer.yaml"
-
-
-# ------------------------------------------------------------------ fakes
-class FakeServer:
-    """Returns scripted turns. A turn is text (ends with <|im_end|>), ("cut", text) (no end token) or
-    ("eot", text) (ends with <|endoftext|>)."""
-
-    def __init__(self, tokenizer, script: list, logprobs: bool = True):
-        self.tok = tokenizer
-        self.script = list(script)
-        self.logprobs = logprobs
-        self.calls: list[dict] = []
-        self.outputs: list[list[int]] = []
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
-        self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids), "params": dict(sampling_params)})
-        if not self.script:
-            raise AssertionError("the loop asked for more turns than scripted")
-        turn = self.script.pop(0)
-        kind, text = turn if isinstance(turn, tuple) else ("end", turn)
-        self.calls[-1]["priority"] = kwargs.get("priority")
-        ids = self.tok.encode(text, add_special_tokens=False)
-        if kind != "cut":
-            ids = ids + [self.tok.convert_tokens_to_ids("<|im_end|>" if kind == "end" else "<|endoftext|>")]
-        ids = ids[: sampling_params["max_tokens"]]
-        self.outputs.append(ids)
-        base = -0.001 * len(self.outputs)
-        lps = [base - 1e-6 * i for i in range(len(ids))] if self.logprobs else None
-        await asyncio.sleep(0)
-        return TokenOutput(token_ids=ids, log_probs=lps, num_preempted=0, extra_fields={"max_global_steps": 1})
-
-
-class FakeSandbox:
-    """Stands in for mrgrpo.sandbox's `run_async`: runs nothing, looks the verdict up from the program text,
-    and answers with the real result types (so the loop sees exactly the shape the sandbox returns)."""
-
-    Job = Job
-    Limits = Limits
-
-    def __init__(self, verdicts: dict[str, str], delay: float = 0.0):
-        self.verdicts = {extract_code(answer): v for answer, v in verdicts.items()}
-        self.delay = delay
-        self.jobs: list[Job] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    async def run_async(self, job: Job) -> ExecResult:
-        self.jobs.append(job)
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            await asyncio.sleep(self.delay)
-        finally:
-            self.in_flight -= 1
-        verdict = Verdict(self.verdicts[job.code])
-        if verdict is Verdict.AC:
-            tests = tuple(TestResult(i, Verdict.AC, 0.01, o, "") for i, o in enumerate(job.outputs))
-            return ExecResult(Verdict.AC, len(tests), len(tests), tests, 0.1, "")
-        first = TestResult(0, Verdict.AC, 0.01, job.outputs[0], "")
-        stderr = "Traceback (most recent call last):\nZeroDivisionError: integer division by zero"
-        bad = TestResult(1, verdict, 0.01, "5\n" if verdict is Verdict.WA else "",
-                         stderr if verdict is Verdict.RE else "")
-        return ExecResult(verdict, 1, len(job.inputs), (first, bad), 0.1, "")
-
-
-# ------------------------------------------------------------------ helpers
-def recipe_loop_settings() -> dict:
-    """The recipe trainer yaml's ``mrgrpo.agent_loop`` section: the loop's only defaults, so these tests follow it."""
-    return OmegaConf.to_container(OmegaConf.load(TRAINER_YAML).mrgrpo.agent_loop)
-
-
-def make_config(response_length=512, prompt_length=1024, enable_thinking=False, **settings):
-    """A trainer config as the loop sees it: the recipe's ``mrgrpo.agent_loop`` section with ``settings`` on top."""
-    unknown = set(settings) - set(recipe_loop_settings())
-    assert not unknown, f"not settings of the recipe yaml: {unknown}"
-    return OmegaConf.create(
-        {
-            "actor_rollout_ref": {
-                "rollout": {"prompt_length": prompt_length, "response_length": response_length,
-                            "full_determinism": False}
-            },
-            "data": {"apply_chat_template_kwargs": {"enable_thinking": enable_thinking}},
-            "mrgrpo": {"agent_loop": {**recipe_loop_settings(), **settings}},
-        }
-    )
-
-
-def make_loop(tokenizer, server, cfg=None, **settings):
-    """The loop on ``cfg`` (default `make_config()`), with ``settings`` (``mrgrpo.agent_loop.*``) set on it."""
-    cfg = cfg if cfg is not None else make_config()
-    for key, value in settings.items():
-        cfg.mrgrpo.agent_loop[key] = value
-    return al.PlanCodeAgentLoop(
-        trainer_config=DictConfigWrap(cfg),
-        server_manager=server,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(cfg.data),
-        hf_model_type="qwen3",
-    )
-
-
-def make_row(plan: str = "", plan_in_prompt: bool | None = None, **extra) -> dict:
-    plan_in_prompt = bool(plan) if plan_in_prompt is None else plan_in_prompt
-    messages = prompts.build_messages(STATEMENT, "", "stdio", None, plan if plan_in_prompt else None)
-    extra_info = {
-        "index": 0,
-        "source_id": "t:0",
-        "plan": plan,
-        "io_mode": "stdio",
-        "fn_name": None,
-        "class_name": None,
-        "public_tests": json.dumps(PUBLIC),
-        "special": [],
-        "statement": STATEMENT,
-        "starter_code": "",
-        **extra,
-    }
-    return {"raw_prompt": messages, "extra_info": extra_info}
 
 
 @pytest.fixture
 def sandbox(monkeypatch):
-    box = FakeSandbox({GOOD: "AC", BAD: "WA", CRASH: "RE"})
+    box = FakeSandbox()
     monkeypatch.setattr(al, "_sandbox_module", lambda: box)
     return box
-
-
-def run(loop, row, sampling_params=None):
-    params = sampling_params or {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
-    return loop.loop.run_until_complete(loop.run(params, **row))
-
-
-def initial_ids(tok, messages, enable_thinking=False):
-    return list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False,
-                                        enable_thinking=enable_thinking))
-
-
-def check_accounting(tok, out, server, enable_thinking=False):
-    """Mask-1 tokens are exactly the generated ones in order, with their logprobs; every generate call saw
-    the exact stream so far; masks/logprobs are aligned."""
-    n = len(out.response_ids)
-    assert len(out.response_mask) == n
-    assert out.response_logprobs is None or len(out.response_logprobs) == n
-    generated = [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 1]
-    assert generated == [t for turn in server.outputs for t in turn]
-    if out.response_logprobs is not None:
-        lps = [lp for lp, m in zip(out.response_logprobs, out.response_mask, strict=True) if m == 1]
-        assert all(lp < 0 for lp in lps)
-        assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, out.response_mask, strict=True) if m == 0)
-    stream = out.prompt_ids + out.response_ids
-    for call in server.calls:
-        assert stream[: len(call["prompt_ids"])] == call["prompt_ids"]
-    assert server.calls[0]["prompt_ids"] == out.prompt_ids
-    assert set(out.extra_fields) >= set(al.EXTRA_FIELD_KEYS)
-    assert len(out.extra_fields["public_pass"]) == out.extra_fields["attempts"]
-
-
-def decoded_response(tok, out) -> str:
-    return tok.decode(out.response_ids, skip_special_tokens=False)
-
-
-GEN = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
 # ------------------------------------------------------------------ paths
@@ -232,9 +86,9 @@ def test_fail_then_fix_gives_bounded_feedback(tiny_tokenizer, sandbox):
     assert text.startswith(head)
     feedback, tail = text[len(head) :].split("<|im_end|>\n", 1)
     assert tail == GEN + GOOD + "<|im_end|>"
-    assert "WA (wrong answer)" in feedback and "5\n" in feedback and "6\n" in feedback
+    # BAD fails public test 0 (input 1, expected 2, printed 1), as the real sandbox reports it.
     assert feedback == prompts.build_feedback_prompt(
-        [{"verdict": "WA (wrong answer)", "input": "5\n", "expected": "6\n", "got": "5\n", "stderr": ""}],
+        [{"verdict": "WA (wrong answer)", "input": "1\n", "expected": "2\n", "got": "1\n", "stderr": ""}],
         n_shown=1,
         max_chars=400,
     )
@@ -314,8 +168,10 @@ def test_teacher_plan_missing_from_prompt_is_inserted(tiny_tokenizer, sandbox):
     row = make_row(plan=PLAN, plan_in_prompt=False)
     out = run(make_loop(tok, server, plan_source="teacher"), row)
     check_accounting(tok, out, server)
-    expected = [row["raw_prompt"][0], {"role": "user", "content": prompts.build_user_prompt(
-        STATEMENT, "", "stdio", None, PLAN)}]
+    expected = [
+        row["raw_prompt"][0],
+        {"role": "user", "content": prompts.build_user_prompt(STATEMENT, "", "stdio", None, PLAN)},
+    ]
     assert out.prompt_ids == initial_ids(tok, expected)
 
 
@@ -368,11 +224,19 @@ def test_self_plan_then_code(tiny_tokenizer, sandbox):
     out = run(make_loop(tok, server, plan_source="self"), make_row(plan=PLAN))  # the row's plan is not used
     check_accounting(tok, out, server)
     first_user = prompts.build_plan_turn_prompt(STATEMENT, "", "stdio", None)
-    assert out.prompt_ids == initial_ids(tok, [{"role": "system", "content": prompts.SYSTEM_PROMPT},
-                                                {"role": "user", "content": first_user}])
+    assert out.prompt_ids == initial_ids(
+        tok, [{"role": "system", "content": prompts.SYSTEM_PROMPT}, {"role": "user", "content": first_user}]
+    )
     text = decoded_response(tok, out)
-    assert text == (plan_turn + "<|im_end|>\n<|im_start|>user\n" + prompts.CODE_AFTER_PLAN_PROMPT + "<|im_end|>\n"
-                    + GEN + GOOD + "<|im_end|>")
+    assert text == (
+        plan_turn
+        + "<|im_end|>\n<|im_start|>user\n"
+        + prompts.CODE_AFTER_PLAN_PROMPT
+        + "<|im_end|>\n"
+        + GEN
+        + GOOD
+        + "<|im_end|>"
+    )
     ef = out.extra_fields
     assert ef["plan"] == "Plan: read n, print n + 1." and ef["plan_source"] == "self"
     assert (ef["stop_reason"], ef["attempts"], ef["public_pass"]) == ("passed", 1, [True])
@@ -390,8 +254,15 @@ def test_self_plan_cut_by_plan_cap_still_gets_the_code_turn(tiny_tokenizer, sand
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     assert out.response_ids[16] == im_end and out.response_mask[16] == 0 and out.response_logprobs[16] == 0.0
     plan_text = tok.decode(server.outputs[0], skip_special_tokens=False)
-    assert decoded_response(tok, out) == (plan_text + "<|im_end|>\n<|im_start|>user\n" + prompts.CODE_AFTER_PLAN_PROMPT
-                                          + "<|im_end|>\n" + GEN + GOOD + "<|im_end|>")
+    assert decoded_response(tok, out) == (
+        plan_text
+        + "<|im_end|>\n<|im_start|>user\n"
+        + prompts.CODE_AFTER_PLAN_PROMPT
+        + "<|im_end|>\n"
+        + GEN
+        + GOOD
+        + "<|im_end|>"
+    )
     ef = out.extra_fields
     assert ef["plan"] == plan_text.strip()
     assert (ef["stop_reason"], ef["attempts"], ef["public_pass"]) == ("passed", 1, [True])
@@ -434,10 +305,10 @@ def test_no_public_tests(tiny_tokenizer, sandbox):
 def test_call_mode_unwraps_outputs(tiny_tokenizer, sandbox):
     tok = tiny_tokenizer
     code = "```python\ndef add(a, b):\n    return a + b\n```"
-    sandbox.verdicts[extract_code(code)] = "AC"
     server = FakeServer(tok, [code])
-    row = make_row(io_mode="call", fn_name="add",
-                   public_tests=json.dumps({"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"}))
+    row = make_row(
+        io_mode="call", fn_name="add", public_tests=json.dumps({"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"})
+    )
     out = run(make_loop(tok, server, plan_source="none"), row)
     assert out.extra_fields["stop_reason"] == "passed"
     job = sandbox.jobs[0]
@@ -478,7 +349,7 @@ def test_enable_thinking_true_uses_plain_generation_prompt(tiny_tokenizer, sandb
 
 def test_sandbox_concurrency_is_bounded_and_non_blocking(tiny_tokenizer, monkeypatch):
     tok = tiny_tokenizer
-    box = FakeSandbox({GOOD: "AC"}, delay=0.05)
+    box = FakeSandbox(delay=0.05)
     monkeypatch.setattr(al, "_sandbox_module", lambda: box)
     loops = [make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none", sandbox_concurrency=2) for _ in range(6)]
     params = {"temperature": 1.0, "logprobs": True}
@@ -622,8 +493,7 @@ def test_model_tokens_do_not_count_the_injected_feedback(tiny_tokenizer, sandbox
     outs = []
     for limit in (20, 400):  # a longer feedback message: more injected tokens, the same model tokens
         server = FakeServer(tok, [CRASH, GOOD])
-        outs.append(run(make_loop(tok, server, plan_source="none", rounds=1, feedback_stderr_chars=limit),
-                        make_row()))
+        outs.append(run(make_loop(tok, server, plan_source="none", rounds=1, feedback_stderr_chars=limit), make_row()))
     a, b = (o.extra_fields for o in outs)
     assert a["model_tokens"] == b["model_tokens"] == sum(outs[0].response_mask)
     assert a["injected_tokens"] < b["injected_tokens"]
@@ -645,3 +515,331 @@ def test_public_test_limits_come_from_the_config(tiny_tokenizer, sandbox):
     run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none"), make_row())
     assert (sandbox.jobs[0].limits.time_s, sandbox.jobs[0].limits.wall_s) == (1.0, 2.0)
     assert sandbox.jobs[1].limits == Limits()
+
+
+# ------------------------------------------------------------------ issue 17: the fakes behave as the real things
+SYNTAX = "```python\nprint(int(input())\n```"
+HANG = "```python\nn = int(input())\nwhile n:\n    n += 1\n```"
+LOUD = "```python\nprint('x' * 50)\n```"
+
+
+def contract_jobs():
+    """Jobs covering every verdict the fake can give (INFRA aside), for both modes."""
+    from mrgrpo.sandbox import Job
+
+    two = {"inputs": ["1\n", "5\n"], "outputs": ["2\n", "6\n"]}
+    fast = Limits(time_s=0.2, wall_s=0.5)
+    return [
+        Job(code="print(int(input()) + 1)", **two),
+        Job(code="print(int(input()))", **two),  # WA at test 0
+        Job(code="n = int(input())\nprint(2 if n == 1 else 0)", **two),  # WA at test 1
+        Job(code="print(int(input()))", stop_on_first_failure=False, **two),  # every test runs
+        Job(code="print(1 // 0)", **two),
+        Job(code="print(int(input())", **two),
+        Job(code="   \n", **two),
+        Job(code="import sys\nsys.exit(3)", **two),
+        Job(code="exit('bye')", **two),
+        Job(code="import sys\nprint('warn', file=sys.stderr)\nprint(int(input()) + 1)", **two),
+        Job(code="n = int(input())\nwhile n:\n    n += 1", limits=fast, **two),
+        Job(code="print(0.30001)", inputs=["\n"], outputs=["0.3\n"], float_tol=1e-3),
+        Job(code="print(0.30001)", inputs=["\n"], outputs=["0.3\n"]),
+        Job(code="def add(a, b):\n    return a + b", inputs=[[1, 2], [1.5, 2]], outputs=[3, 3.5], fn_name="add"),
+        Job(code="def add(a, b):\n    return a - b", inputs=[[1, 2]], outputs=[3], fn_name="add"),
+        Job(code="def add(a, b):\n    return {a}", inputs=[[1, 2]], outputs=[3], fn_name="add"),
+        Job(
+            code="class Solution:\n    def add(self, xs: List[int]) -> int:\n        return sum(xs)",
+            inputs=[[[1, 2]]],
+            outputs=[3],
+            fn_name="add",
+        ),
+    ]
+
+
+def judged(result: ExecResult) -> tuple:
+    """What the loop reads of a result (everything but the times)."""
+    return (
+        result.verdict,
+        result.passed,
+        result.total,
+        result.detail,
+        [(t.index, t.verdict, t.stdout, t.stderr) for t in result.tests],
+    )
+
+
+def test_fake_sandbox_judges_as_the_real_one():
+    """FakeSandbox returns the real sandbox's verdict, failing test index, output, stderr and detail."""
+    from mrgrpo.sandbox import run as real_run
+
+    fake = FakeSandbox()
+    for job in contract_jobs():
+        assert judged(fake.run(job)) == judged(real_run(job)), job.code
+
+
+def test_fake_sandbox_infra_at_a_chosen_test():
+    """An INFRA injected at test 1 keeps test 0's result and reports the sandbox failure as the real one does."""
+    from mrgrpo.sandbox import Job
+
+    result = FakeSandbox(infra={GOOD: 1}).run(Job(code="print(int(input()) + 1)", **PUBLIC))
+    assert (result.verdict, result.passed, result.detail) == (Verdict.INFRA, 1, "sandbox failed: worker died (fake)")
+    assert [(t.index, t.verdict) for t in result.tests] == [(0, Verdict.AC), (1, Verdict.INFRA)]
+
+
+def test_fake_server_stops_at_the_context_limit_without_an_end_token(tiny_tokenizer):
+    """FakeServer clamps a turn to max_model_len - len(prompt), as vLLM does, and refuses a full context."""
+    server = FakeServer(tiny_tokenizer, [GOOD, GOOD], max_model_len=10)
+    out = asyncio.run(server.generate("r", prompt_ids=[1] * 4, sampling_params={"max_tokens": 100}))
+    assert len(out.token_ids) == 6 and out.token_ids == tiny_tokenizer.encode(GOOD)[:6]
+    with pytest.raises(ValueError, match="no room"):
+        asyncio.run(server.generate("r", prompt_ids=[1] * 10, sampling_params={"max_tokens": 100}))
+
+
+# ------------------------------------------------------------------ issue 17: the loop's less common paths
+def prompt_len(tok, row) -> int:
+    return len(initial_ids(tok, row["raw_prompt"]))
+
+
+def test_infra_on_the_public_tests_ends_the_trajectory(tiny_tokenizer, monkeypatch):
+    """INFRA (here at public test 1, after test 0 passed) stops with "infra": no feedback, nothing more generated."""
+    tok = tiny_tokenizer
+    box = FakeSandbox(infra={GOOD: 1})
+    monkeypatch.setattr(al, "_sandbox_module", lambda: box)
+    server = FakeServer(tok, [GOOD, GOOD])
+    out = run(make_loop(tok, server, plan_source="none"), make_row())
+    check_accounting(tok, out, server)
+    ef = out.extra_fields
+    assert (ef["stop_reason"], ef["attempts"], ef["public_verdicts"], ef["public_pass"]) == (
+        "infra",
+        1,
+        ["INFRA"],
+        [False],
+    )
+    assert ef["final_code"] == "print(int(input()) + 1)" and len(server.calls) == 1 and len(box.jobs) == 1
+    assert out.response_mask == [1] * len(out.response_ids) and out.num_turns == 2
+
+
+def test_infra_on_a_later_attempt_keeps_the_earlier_verdicts(tiny_tokenizer, monkeypatch):
+    """An INFRA after a feedback round stops with "infra" and keeps the first attempt's verdict."""
+    tok = tiny_tokenizer
+    monkeypatch.setattr(al, "_sandbox_module", lambda: FakeSandbox(infra={CRASH: 0}))
+    server = FakeServer(tok, [BAD, CRASH, GOOD])
+    out = run(make_loop(tok, server, plan_source="none", rounds=2), make_row())
+    check_accounting(tok, out, server)
+    ef = out.extra_fields
+    assert (ef["stop_reason"], ef["public_verdicts"], ef["final_code"]) == ("infra", ["WA", "INFRA"], "print(1 // 0)")
+    assert len(server.script) == 1  # the third turn was never asked for
+
+
+def test_code_turn_stopped_by_the_context_limit_is_truncated(tiny_tokenizer, sandbox):
+    """A code turn that stops short of its cap without an end token is "truncated": not tested, its closed fence
+    still the final code."""
+    tok = tiny_tokenizer
+    row = make_row()
+    server = FakeServer(
+        tok, [("cut", GOOD + "\nNow let me explain the idea." * 20)], max_model_len=prompt_len(tok, row) + 40
+    )
+    out = run(make_loop(tok, server, plan_source="none"), row)
+    check_accounting(tok, out, server)
+    assert server.calls[0]["params"]["max_tokens"] == 512 and len(out.response_ids) == 40
+    ef = out.extra_fields
+    assert (ef["stop_reason"], ef["attempts"], ef["public_verdicts"], ef["public_pass"]) == (
+        "truncated",
+        1,
+        ["NOT_RUN"],
+        [False],
+    )
+    assert ef["final_code"] == "print(int(input()) + 1)" and not sandbox.jobs
+
+
+def test_aborted_turn_is_truncated_and_keeps_the_earlier_code(tiny_tokenizer, sandbox):
+    """An aborted generation (no tokens) after a feedback round is "truncated"; final_code stays the last program."""
+    tok = tiny_tokenizer
+    server = FakeServer(tok, [BAD, ("abort", "")])
+    out = run(make_loop(tok, server, plan_source="none"), make_row())
+    check_accounting(tok, out, server)
+    ef = out.extra_fields
+    assert (ef["stop_reason"], ef["attempts"], ef["public_verdicts"]) == ("truncated", 2, ["WA", "NOT_RUN"])
+    assert ef["final_code"] == "print(int(input()))" and len(sandbox.jobs) == 1
+    # the response ends with the injected feedback turn and its generation prompt: nothing was generated after it
+    assert decoded_response(tok, out).endswith("<|im_end|>\n" + GEN) and sum(out.response_mask) == len(
+        server.outputs[0]
+    )
+
+
+@pytest.mark.parametrize("cap", [64, None])
+def test_plan_stopped_short_of_its_cap_is_truncated(tiny_tokenizer, sandbox, cap):
+    """A plan turn that stops below plan_max_tokens (or with no cap) without an end token is "truncated"."""
+    tok = tiny_tokenizer
+    row = make_row()
+    first = prompts.build_plan_turn_prompt(STATEMENT, "", "stdio", None)
+    n_prompt = len(initial_ids(tok, [row["raw_prompt"][0], {"role": "user", "content": first}]))
+    server = FakeServer(tok, [("cut", "Plan: " + "step " * 100), GOOD], max_model_len=n_prompt + 20)
+    out = run(make_loop(tok, server, plan_source="self", plan_max_tokens=cap), row)
+    check_accounting(tok, out, server)
+    ef = out.extra_fields
+    assert (ef["stop_reason"], ef["attempts"], ef["plan_tokens"], ef["public_pass"]) == ("truncated", 0, 20, [])
+    assert ef["plan"] == tok.decode(server.outputs[0]).strip() and len(server.calls) == 1
+    assert out.response_mask == [1] * 20
+
+
+def test_final_code_survives_attempts_without_code(tiny_tokenizer, sandbox):
+    """An attempt without a program (NO_CODE) does not clear the final code of an earlier attempt."""
+    tok = tiny_tokenizer
+    server = FakeServer(tok, [BAD, "I am not sure; maybe add one?"])
+    out = run(make_loop(tok, server, plan_source="none", rounds=1), make_row())
+    check_accounting(tok, out, server)
+    ef = out.extra_fields
+    assert (ef["stop_reason"], ef["public_verdicts"], ef["final_code"]) == (
+        "rounds",
+        ["WA", "NO_CODE"],
+        "print(int(input()))",
+    )
+    assert len(sandbox.jobs) == 1
+
+
+def test_plan_cap_above_the_remaining_budget_asks_for_the_budget(tiny_tokenizer, sandbox):
+    """With plan_max_tokens above the remaining budget, the plan turn gets the budget and ends the trajectory there."""
+    tok = tiny_tokenizer
+    server = FakeServer(tok, [("cut", "Plan: " + "step " * 200)])
+    out = run(
+        make_loop(tok, server, cfg=make_config(response_length=40), plan_source="self", plan_max_tokens=100), make_row()
+    )
+    check_accounting(tok, out, server)
+    assert server.calls[0]["params"]["max_tokens"] == 40
+    assert out.response_mask == [1] * 40 and out.extra_fields["stop_reason"] == "budget"
+
+
+def test_plan_cap_leaving_too_little_budget_stops_after_closing_the_plan(tiny_tokenizer, sandbox):
+    """A plan cut at its cap is closed (one injected token); if fewer than min_turn_tokens remain the loop stops
+    with "budget" before asking for the code."""
+    tok = tiny_tokenizer
+    server = FakeServer(tok, [("cut", "Plan: " + "step " * 200), GOOD])
+    cfg = make_config(response_length=50, plan_source="self", plan_max_tokens=30, min_turn_tokens=32)
+    out = run(make_loop(tok, server, cfg=cfg), make_row())
+    check_accounting(tok, out, server)
+    assert server.calls[0]["params"]["max_tokens"] == 30
+    assert out.response_mask == [1] * 30 + [0] and out.response_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
+    ef = out.extra_fields
+    assert (ef["stop_reason"], ef["attempts"], ef["plan_tokens"], ef["injected_tokens"]) == ("budget", 0, 30, 1)
+
+
+def measure_turns(tok, script, **settings):
+    """Token counts of a run with a large budget: [len of each generation], [len of each injected stretch]."""
+    server = FakeServer(tok, list(script))
+    out = run(make_loop(tok, server, **settings), make_row())
+    base = len(out.prompt_ids)
+    gen = [len(o) for o in server.outputs]
+    injected = [len(c["prompt_ids"]) - base - sum(gen[:i]) for i, c in enumerate(server.calls)]
+    return gen, [b - a for a, b in zip(injected, injected[1:], strict=False)], out
+
+
+@pytest.mark.parametrize("spare", [-1, 0])
+def test_min_turn_tokens_bounds_the_ask_code_turn(tiny_tokenizer, sandbox, spare):
+    """The code request after a plan is appended only if min_turn_tokens remain after it (exactly that many is
+    enough); otherwise the loop stops with "budget" without it."""
+    tok = tiny_tokenizer
+    m = len(tok.encode(GOOD)) + 1
+    plan_turn = "Plan: read n, print n + 1."
+    (n_plan, _), (n_ask,), _ = measure_turns(tok, [plan_turn, GOOD], plan_source="self")
+    server = FakeServer(tok, [plan_turn, GOOD])
+    cfg = make_config(response_length=n_plan + n_ask + m + spare, plan_source="self", min_turn_tokens=m)
+    out = run(make_loop(tok, server, cfg=cfg), make_row())
+    check_accounting(tok, out, server)
+    ef = out.extra_fields
+    if spare < 0:
+        assert (ef["stop_reason"], ef["attempts"], len(server.calls)) == ("budget", 0, 1)
+        assert out.response_mask == [1] * n_plan and out.num_turns == 2
+    else:
+        assert (ef["stop_reason"], ef["attempts"], server.calls[1]["params"]["max_tokens"]) == ("passed", 1, m)
+
+
+@pytest.mark.parametrize("spare", [-1, 0])
+def test_min_turn_tokens_bounds_the_feedback_turn(tiny_tokenizer, sandbox, spare):
+    """The feedback turn is appended only if min_turn_tokens remain after it (exactly that many is enough)."""
+    tok = tiny_tokenizer
+    m = len(tok.encode(GOOD)) + 1
+    (n_bad, _), (n_feedback,), _ = measure_turns(tok, [BAD, GOOD], plan_source="none")
+    server = FakeServer(tok, [BAD, GOOD])
+    cfg = make_config(response_length=n_bad + n_feedback + m + spare, plan_source="none", min_turn_tokens=m)
+    out = run(make_loop(tok, server, cfg=cfg), make_row())
+    check_accounting(tok, out, server)
+    ef = out.extra_fields
+    if spare < 0:
+        assert (ef["stop_reason"], ef["public_verdicts"], len(server.calls)) == ("budget", ["WA"], 1)
+        assert out.response_mask == [1] * n_bad and out.num_turns == 2
+    else:
+        assert (ef["stop_reason"], ef["public_verdicts"]) == ("passed", ["WA", "AC"])
+        assert server.calls[1]["params"]["max_tokens"] == m
+
+
+def test_feedback_fields_are_clipped_to_feedback_max_chars(tiny_tokenizer, sandbox):
+    """The program's output in the feedback is cut to feedback_max_chars, with the count of what was cut."""
+    tok = tiny_tokenizer
+    server = FakeServer(tok, [LOUD, GOOD])
+    out = run(make_loop(tok, server, plan_source="none", feedback_max_chars=10), make_row())
+    check_accounting(tok, out, server)
+    text = decoded_response(tok, out)
+    assert "Your output:\n```\nxxxxxxxxxx\n... [41 more characters]\n```" in text
+    expected = prompts.build_feedback_prompt(
+        [{"verdict": "WA (wrong answer)", "input": "1\n", "expected": "2\n", "got": "x" * 50 + "\n", "stderr": ""}],
+        n_shown=1,
+        max_chars=10,
+    )
+    assert expected in text
+
+
+def test_feedback_stderr_is_its_tail(tiny_tokenizer, sandbox):
+    """The runtime error's stderr in the feedback is its last feedback_stderr_chars characters."""
+    from mrgrpo.sandbox import Job
+
+    tok = tiny_tokenizer
+    stderr = FakeSandbox().run(Job(code="print(1 // 0)", **PUBLIC)).tests[0].stderr
+    out = run(make_loop(tok, FakeServer(tok, [CRASH, GOOD]), plan_source="none", feedback_stderr_chars=25), make_row())
+    text = decoded_response(tok, out)
+    assert f"Error output (tail):\n```\n[... {len(stderr) - 25} characters cut]\n{stderr[-25:]}\n```" in text
+    assert stderr[:-25] not in text
+
+
+def test_syntax_error_feedback_shows_the_compiler_message(tiny_tokenizer, sandbox):
+    """A program that does not compile is SE; its feedback shows the compiler's message (no test ran)."""
+    tok = tiny_tokenizer
+    server = FakeServer(tok, [SYNTAX, GOOD])
+    out = run(make_loop(tok, server, plan_source="none"), make_row())
+    check_accounting(tok, out, server)
+    assert out.extra_fields["public_verdicts"] == ["SE", "AC"]
+    message = prompts.feedback_turn(
+        "SE", PUBLIC["inputs"], PUBLIC["outputs"], detail="SyntaxError: '(' was never closed (line 1)"
+    )
+    assert message in decoded_response(tok, out)
+
+
+def test_time_limit_feedback(tiny_tokenizer, sandbox):
+    """A program that does not finish is TLE on public test 0; its feedback names the verdict and the test."""
+    tok = tiny_tokenizer
+    server = FakeServer(tok, [HANG, GOOD])
+    out = run(make_loop(tok, server, plan_source="none"), make_row())
+    check_accounting(tok, out, server)
+    assert out.extra_fields["public_verdicts"] == ["TLE", "AC"]
+    message = prompts.feedback_turn("TLE", PUBLIC["inputs"], PUBLIC["outputs"], 0, failing_verdict="TLE")
+    assert message in decoded_response(tok, out) and "Your output" not in message
+
+
+def test_float_tolerance_of_the_public_tests_decides_the_verdict(tiny_tokenizer, sandbox):
+    """The public tests' float_tol is honoured: an answer within it passes, the same answer without it fails."""
+    tok = tiny_tokenizer
+    near = "```python\ninput()\nprint(0.30001)\n```"
+    verdicts = []
+    for extra in ({"float_tol": 1e-3}, {}):
+        tests = json.dumps({"inputs": ["1\n"], "outputs": ["0.3\n"], **extra})
+        out = run(make_loop(tok, FakeServer(tok, [near]), plan_source="none", rounds=0), make_row(public_tests=tests))
+        verdicts.append(out.extra_fields["public_verdicts"])
+    assert verdicts == [["AC"], ["WA"]]
+
+
+def test_logprob_values_are_carried_into_the_output(tiny_tokenizer, sandbox):
+    """The response logprobs are the server's values for generated tokens and 0.0 for injected ones, in order."""
+    tok = tiny_tokenizer
+    server = FakeServer(tok, [BAD, GOOD])
+    out = run(make_loop(tok, server, plan_source="none"), make_row())
+    n_injected = len(out.response_ids) - len(server.outputs[0]) - len(server.outputs[1])
+    assert out.response_logprobs == server.logprobs[0] + [0.0] * n_injected + server.logprobs[1]
+    assert out.response_logprobs[0] == -(1 + 1 / 1024) and out.response_logprobs[-1] != out.response_logprobs[0]
