@@ -32,9 +32,15 @@ declare -A TABLE=(
   [apps]="mrgrpo/apps.py|tests/test_mut_apps_on_cpu.py tests/test_apps_reader.py tests/test_apps_reading_on_cpu.py"
   [metrics]="mrgrpo/metrics.py|tests/test_mut_metrics_on_cpu.py tests/test_metrics_on_cpu.py tests/test_sampler_on_cpu.py tests/test_reward_score.py"
   # Not measured yet (their modules were being edited when this was written; docs/testing.md, "Extending"):
-  [sandbox_compare]="mrgrpo/sandbox/compare.py|tests/test_sandbox_compare.py tests/test_sandbox_verdicts.py"
-  [reward]="mrgrpo/reward.py|tests/test_reward_score.py tests/test_score_cli.py"
-  [agent_loop]="mrgrpo/agent_loop.py|tests/test_agent_loop_on_cpu.py"
+  [sandbox_compare]="mrgrpo/sandbox/compare.py|tests/test_mut_sandbox_compare_on_cpu.py tests/test_sandbox_compare.py tests/test_sandbox_verdicts.py tests/test_sandbox_honest.py"
+  # The runner: the fast sandbox tests (~8 s). Left out: the leak, admission, canonical, isolation and
+  # hardening tests (60 s: 90 min for 513 mutants) and tests/test_sandbox_unprivileged.py (/usr/bin/python3 there
+  # cannot import mutmut: it fails on every mutant).
+  [sandbox_runner]="mrgrpo/sandbox/runner.py|tests/test_mut_sandbox_runner_on_cpu.py tests/test_sandbox_verdicts.py tests/test_sandbox_honest.py tests/test_sandbox_compare.py tests/test_sandbox_degraded.py"
+  # worker.py runs as `python -I -S`: a mutated copy cannot import mutmut; only in-process tests reach it.
+  [sandbox_worker]="mrgrpo/sandbox/worker.py|tests/test_mut_sandbox_worker_on_cpu.py"
+  [reward]="mrgrpo/reward.py|tests/test_mut_reward_on_cpu.py tests/test_reward_score.py tests/test_score_cli.py"
+  [agent_loop]="mrgrpo/agent_loop.py|tests/test_mut_agent_loop_on_cpu.py tests/test_agent_loop_on_cpu.py"
 )
 
 if [[ ${1:-} == --list || -z ${1:-} ]]; then

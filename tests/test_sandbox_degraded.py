@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -29,6 +30,8 @@ def test_degraded_mode_judges_and_warns_once(degraded, caplog):
 
 
 def test_degraded_mode_contains_kill_all_and_writes(degraded, tmp_path):
+    # A process of the runner's user outside the sandbox: kill(-1) must not reach it (nor the runner itself).
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     target = tmp_path / "pwned"
     code = f"""
         import os, signal
@@ -38,7 +41,12 @@ def test_degraded_mode_contains_kill_all_and_writes(degraded, tmp_path):
         except OSError: pass
         print('done')
     """
-    result = run(Job(code=textwrap.dedent(code), inputs=[""], outputs=["x"], limits=Limits(time_s=1, wall_s=2)))
-    assert result.verdict is Verdict.WA
-    assert not target.exists()
-    assert os.getpid() > 0  # still here
+    try:
+        result = run(Job(code=textwrap.dedent(code), inputs=[""], outputs=["done"], limits=Limits(time_s=1, wall_s=2)))
+        assert result.verdict is Verdict.AC, result  # the program ran to its end, then the write was refused
+        assert not target.exists()
+        assert bystander.poll() is None  # not signalled: a SIGKILL would have ended it (returncode -9)
+        assert run(Job(code="print(1)", inputs=[""], outputs=["1"])).verdict is Verdict.AC  # the slot survived
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -94,7 +94,8 @@ def test_no_network_unprivileged(verdicts):
 
 
 def test_kill_all_stays_inside_unprivileged(verdicts):
-    assert verdicts[0]["kill_all"] in {"RE", "AC"}  # whatever it did, the judge process survived to report
+    # kill(-1) found no process to signal (ESRCH: RE); had it signalled anything it would print 1 (AC)
+    assert verdicts[0]["kill_all"] == "RE"
 
 
 def test_no_writes_outside_unprivileged(verdicts):

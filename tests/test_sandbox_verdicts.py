@@ -132,9 +132,10 @@ def test_call_mode_missing_entry_point_is_re():
     assert run(job("def g(): return 1", [[]], [1], fn_name="f")).verdict is Verdict.RE
 
 
-def test_call_mode_exit_before_return_is_not_ac():
-    assert run(job("import os\ndef f(): os._exit(0)", [[]], [None], fn_name="f")).verdict is not Verdict.AC
-    assert run(job("import sys\ndef f(): sys.exit(0)", [[]], [None], fn_name="f")).verdict is not Verdict.AC
+def test_call_mode_exit_before_return_is_re():
+    # exit status 0 without a return value, and SystemExit(0) inside the entry point: neither returned None
+    assert run(job("import os\ndef f(): os._exit(0)", [[]], [None], fn_name="f")).verdict is Verdict.RE
+    assert run(job("import sys\ndef f(): sys.exit(0)", [[]], [None], fn_name="f")).verdict is Verdict.RE
 
 
 def test_call_mode_arguments_are_fresh_copies():
@@ -198,7 +199,7 @@ def test_job_without_tests_is_a_caller_error():
 def test_run_batch_keeps_order_and_mixes_verdicts():
     jobs = [job(f"print({i} if {i} % 3 else 'no')", [""], [str(i)]) for i in range(12)]
     results = run_batch(jobs, workers=3)
-    assert [r.verdict is Verdict.AC for r in results] == [i % 3 != 0 for i in range(12)]
+    assert [r.verdict for r in results] == [Verdict.AC if i % 3 else Verdict.WA for i in range(12)]
 
 
 def test_run_async_does_not_block_the_event_loop():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
+import functools
 import json
 import subprocess
 import sys
@@ -257,7 +257,10 @@ def test_shape_checker():
     assert shape_problem(lambda a, **kw: None, Sym("x:y", "a, **")) is None
     assert "found (a)" in shape_problem(lambda a: None, Sym("x:y", "a, **"))
     assert "subclass" in shape_problem(int, Sym("x:y", base="builtins:str"))
-    assert inspect.iscoroutinefunction(fine)
+    assert shape_problem(fine, Sym("x:y", "messages, tools", False)) == "is `async def`"  # async where sync is due
+    # a decorated method is judged by the function it wraps (verl decorates some of the hooks)
+    assert shape_problem(functools.wraps(fine)(lambda *a, **kw: None), sym) is None
+    assert "async" in shape_problem(functools.wraps(not_async)(fine), sym)
 
 
 def test_quiet_prints_nothing_on_success_and_keeps_the_exit_code(capsys):

@@ -1,0 +1,909 @@
+"""What the sandbox worker reports, pinned in this process (the mutation run of mrgrpo/sandbox/worker.py).
+
+The worker normally runs as `python -I -S worker.py`, which cannot import a mutated copy of itself (mutmut's
+trampoline lives in site-packages), so these tests import it here: the program runner `_run_program` on file
+descriptors 0-3 pointed at files for the call (its exit and the process state it changes are restored); the
+zygote's fork-and-watch loop with every isolation layer disabled (the test is a child of this process); and the
+pure helpers. The runner turns these reports into verdicts (runner._judge): status and signal, the control
+message's kind (`result`, `badtype`, `exc`, `memory`), and the `tle` / `ole` / `oom` flags. One property per test.
+
+Safety: the zygote here runs as this process's user with no PID namespace, so its init-of-a-test code
+(`_reap_all`, which kills every process it can signal) must never run: it is replaced by a stub that fails the
+test, and the configuration leaves every mount and cgroup path unreachable even with one condition inverted.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import fcntl
+import gc
+import json
+import marshal
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from mrgrpo.sandbox import worker
+
+# ---- _run_program in this process
+
+
+class _Exited(BaseException):
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+class _Os:
+    """The worker's `os`, except that `_exit` raises (the program's own `os` is the real one)."""
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def _exit(self, status):
+        raise _Exited(status)
+
+
+_SYS_STATE = ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__", "argv")
+
+
+def _high_fd(fd: int) -> int:
+    """A copy of `fd` numbered 100 or more (so that pointing 0-3 elsewhere never clobbers it)."""
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+
+
+@pytest.fixture
+def program(monkeypatch, tmp_path):
+    """program(code, stdin="", fn_name=None, args=()) -> (status, ctl, stdout, stderr) of one `_run_program`.
+
+    Everything the call changes in this process is put back before it returns (pytest reports through
+    sys.__stdout__ between a test and its teardown)."""
+    monkeypatch.setattr(worker, "os", _Os())
+    before = set(threading.enumerate()) - {threading.main_thread()}
+    real_enumerate = threading.enumerate  # only the program's threads (and the main one) are waited for
+    monkeypatch.setattr(threading, "enumerate", lambda: [t for t in real_enumerate() if t not in before])
+    preamble = {"deque": __import__("collections").deque}
+
+    def run(code: str, stdin: str = "", fn_name: str | None = None, args=()):
+        files = {}
+        for fd in (0, 1, 2, 3):
+            low = os.open(tmp_path / f"fd{fd}", os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            files[fd] = _high_fd(low)
+            os.close(low)
+        os.write(files[0], stdin.encode())
+        os.lseek(files[0], 0, os.SEEK_SET)
+        saved = {}
+        for fd in (0, 1, 2, 3):
+            try:
+                saved[fd] = _high_fd(fd)
+            except OSError:
+                saved[fd] = None
+        req = {"mode": "call" if fn_name else "stdio", "fn_name": fn_name, "args": marshal.dumps(list(args))}
+        compiled = compile(code, "solution.py", "exec")
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        state = {name: getattr(sys, name) for name in _SYS_STATE}
+        main, quitters, env = sys.modules["__main__"], (builtins.exit, builtins.quit), dict(os.environ)
+        digits, xfsz = sys.get_int_max_str_digits(), signal.getsignal(signal.SIGXFSZ)
+        try:
+            for fd in (0, 1, 2, 3):
+                os.dup2(files[fd], fd)
+            with pytest.raises(_Exited) as exited, _no_hang():
+                worker._run_program(compiled, req, str(tmp_path), preamble)
+        finally:
+            for fd in (0, 1, 2, 3):
+                if saved[fd] is None:
+                    os.close(fd)
+                else:
+                    os.dup2(saved[fd], fd)
+                    os.close(saved[fd])
+            for name, value in state.items():
+                setattr(sys, name, value)
+            sys.modules["__main__"], (builtins.exit, builtins.quit) = main, quitters
+            os.environ.clear()
+            os.environ.update(env)
+            sys.set_int_max_str_digits(digits)
+            signal.signal(signal.SIGXFSZ, xfsz)
+        out = {}
+        for fd in (1, 2, 3):
+            os.lseek(files[fd], 0, os.SEEK_SET)
+            out[fd] = os.read(files[fd], 1 << 24)
+        for fd in files.values():
+            os.close(fd)
+        ctl = json.loads(out[3]) if out[3] else None
+        return exited.value.status, ctl, out[1].decode("utf-8", "replace"), out[2].decode("utf-8", "replace")
+
+    return run
+
+
+def test_stdio_program_exits_0_with_its_output(program):
+    """A stdio program that ends normally exits 0, reports kind ok, and its stdout is what it printed."""
+    assert program("print(int(input()) * 2)", stdin="21\n") == (0, {"kind": "ok"}, "42\n", "")
+
+
+def test_an_exception_exits_1_with_the_traceback_on_stderr(program):
+    """An uncaught exception exits 1, reports kind exc with its type and message, and prints its traceback
+    as the interpreter would, without the worker's own frame."""
+    status, ctl, out, err = program("print('a')\nraise KeyError('k')")
+    assert (status, ctl, out) == (1, {"kind": "exc", "detail": "KeyError: 'k'"}, "a\n")
+    assert err == "Traceback (most recent call last):\n  File \"solution.py\", line 2, in <module>\nKeyError: 'k'\n"
+
+
+def test_exception_details_keep_300_characters(program):
+    """The detail of an exception, or of a return value that is not JSON, keeps 300 characters of the message."""
+    assert program("raise ValueError('v' * 400)")[1]["detail"] == "ValueError: " + "v" * 300
+    ctl = program("def f():\n    return type('C' * 400, (), {})()", fn_name="f")[1]
+    assert ctl == {"kind": "badtype", "detail": ("return value of type " + "C" * 400)[:300]}
+
+
+def test_closing_the_standard_streams_keeps_the_descriptors(program):
+    """Closing sys.stdin/stdout/stderr leaves fds 0, 1 and 2 open (the program can still use them)."""
+    code = "import os, sys\nfor s in (sys.stdin, sys.stdout, sys.stderr):\n    s.close()\n"
+    code += "os.write(1, os.read(0, 100).upper())\nos.write(2, b'e')"
+    assert program(code, stdin="abc") == (0, {"kind": "ok"}, "ABC", "e")
+
+
+def test_stderr_is_line_buffered(program):
+    """A line written to sys.stderr is on fd 2 at once, before later raw writes (and before a kill)."""
+    code = "import os, sys\nsys.stderr.write('first line\\n')\nos.write(2, b'second line\\n')"
+    assert program(code)[3] == "first line\nsecond line\n"
+
+
+def test_stdout_is_block_buffered_and_flushed_at_the_end(program):
+    """Printed text reaches fd 1 when the program ends, after its raw writes to fd 1."""
+    assert program("import os\nprint('printed')\nos.write(1, b'raw\\n')")[2] == "raw\nprinted\n"
+
+
+def test_unencodable_stderr_is_escaped(program):
+    """Text that UTF-8 cannot encode (a lone surrogate) is written to stderr escaped, not an error."""
+    assert program("import sys\nsys.stderr.write('\\ud800\\n')\nprint('ok')") == (
+        0,
+        {"kind": "ok"},
+        "ok\n",
+        "\\ud800\n",
+    )
+
+
+def test_each_program_gets_a_fresh_random_seed(program):
+    """The random module is reseeded for each program: the worker's own random state does not carry over."""
+    state = random.getstate()
+    try:
+        random.seed(12345)
+        out = program("import random\nprint(repr(random.random()))")[2]
+    finally:
+        random.setstate(state)
+    assert out != repr(random.Random(12345).random()) + "\n"
+
+
+def test_program_is_the_main_module(program):
+    """The program's globals are the module sys.modules['__main__'] (pickle and dataclasses look it up)."""
+    assert program("import sys\nx = 5\nprint(sys.modules['__main__'].x)")[:3] == (0, {"kind": "ok"}, "5\n")
+
+
+def test_daemon_threads_are_not_waited_for(program):
+    """A daemon thread still blocked when the program ends does not keep it from ending."""
+    code = "import builtins, threading\nbuiltins.mrgrpo_release = threading.Event()\n"
+    code += "threading.Thread(target=builtins.mrgrpo_release.wait, daemon=True).start()\nprint('done')"
+    try:
+        assert program(code)[:3] == (0, {"kind": "ok"}, "done\n")
+    finally:
+        builtins.__dict__.pop("mrgrpo_release").set()
+
+
+def test_memory_error_is_reported_as_memory(program):
+    """A MemoryError exits 1 with kind memory (the runner's MLE), not as an ordinary exception."""
+    assert program("raise MemoryError()")[:2] == (1, {"kind": "memory"})
+
+
+def test_system_exit_codes(program):
+    """sys.exit(n) exits n & 0xFF; None and 0 exit 0; a message exits 1 and is printed on stderr."""
+    assert program("import sys\nsys.exit(3)")[0] == 3
+    assert program("import sys\nsys.exit(259)")[0] == 3
+    assert program("import sys\nsys.exit(-1)")[0] == 255
+    assert program("import sys\nsys.exit()")[:2] == (0, {"kind": "ok"})
+    assert program("exit(0)")[:2] == (0, {"kind": "ok"})
+    assert program("quit(4)")[0] == 4
+    status, _, _, err = program("import sys\nsys.exit('bye')")
+    assert (status, err) == (1, "bye\n")
+
+
+def test_exit_and_quit_are_the_site_quitters(program):
+    """exit and quit exist without site, raise SystemExit, and print as the site module's do."""
+    assert program("print(repr(exit), repr(quit))")[2] == (
+        "Use exit() or Ctrl-D (i.e. EOF) to exit Use quit() or Ctrl-D (i.e. EOF) to exit\n"
+    )
+
+
+def test_program_runs_as_main_in_its_directory(program, tmp_path):
+    """The program is __main__ with argv ['solution.py'], HOME and TMPDIR its directory, no int/str limit."""
+    code = "import os, sys\nprint(__name__, sys.argv, os.environ['HOME'], os.environ['TMPDIR'], len(str(10**5000)))"
+    assert program(code)[2] == f"__main__ ['solution.py'] {tmp_path} {tmp_path} 5001\n"
+
+
+def test_over_the_file_size_limit_is_an_error_not_a_signal(program):
+    """SIGXFSZ is ignored while the program runs (over RLIMIT_FSIZE a write fails instead of killing it)."""
+    assert program("import signal\nprint(signal.getsignal(signal.SIGXFSZ) is signal.SIG_IGN)")[2] == "True\n"
+
+
+def test_call_mode_reports_the_return_value_as_json(program):
+    """Call mode calls the entry point with the arguments and reports kind result with the value's JSON."""
+    status, ctl, out, _ = program(
+        "def f(a, b):\n    print('log')\n    return [a + b, (a,), {1: None}]", fn_name="f", args=(1, 2)
+    )
+    assert (status, ctl, out) == (0, {"kind": "result", "value": '[3, [1], {"1": null}]'}, "log\n")
+
+
+def test_call_mode_uses_the_preamble(program):
+    """Call-mode programs see the preamble's names without importing them; stdio programs do not."""
+    assert program("def f():\n    return len(deque([1, 2]))", fn_name="f")[1] == {"kind": "result", "value": "2"}
+    assert program("print(deque)")[1]["kind"] == "exc"
+
+
+def test_call_mode_non_json_value_is_badtype(program):
+    """A return value that is not plain JSON exits 0 with kind badtype (the runner's WA)."""
+    status, ctl, _, _ = program("def f():\n    return {1, 2}", fn_name="f")
+    assert (status, ctl["kind"]) == (0, "badtype")
+    assert ctl["detail"] == "return value of type set is not plain JSON"
+
+
+def test_call_mode_nan_is_json(program):
+    """NaN and infinities are written as JSON NaN/Infinity (the comparison then rejects NaN)."""
+    assert program("def f():\n    return [float('nan'), float('inf')]", fn_name="f")[1] == {
+        "kind": "result",
+        "value": "[NaN, Infinity]",
+    }
+
+
+def test_call_mode_exit_before_returning_is_an_exception(program):
+    """SystemExit inside the entry point is kind exc and exits non-zero, even sys.exit(0)."""
+    for code, status in (("sys.exit(0)", 1), ("sys.exit(5)", 5), ("sys.exit()", 1)):
+        got = program(f"import sys\ndef f():\n    {code}", fn_name="f")
+        assert got[0] == status, code
+        assert got[1]["kind"] == "exc" and got[1]["detail"].startswith("SystemExit("), code
+
+
+def test_call_mode_threads_are_joined_after_the_return(program):
+    """A thread still running when the entry point returns finishes before the exit; the result is kept."""
+    code = (
+        "import threading, time\ndef late():\n    time.sleep(0.05)\n    print('late')\n"
+        "def f():\n    threading.Thread(target=late).start()\n    return 7"
+    )
+    assert program(code, fn_name="f")[:3] == (0, {"kind": "result", "value": "7"}, "late\n")
+
+
+def test_threads_are_joined_before_the_exit(program):
+    """The program's non-daemon threads finish (and their output is kept) before the program ends."""
+    code = "import threading, time\ndef late():\n    time.sleep(0.05)\n    print('late')\n"
+    code += "threading.Thread(target=late).start()"
+    assert program(code)[:3] == (0, {"kind": "ok"}, "late\n")
+
+
+def test_threads_are_joined_after_system_exit(program):
+    """sys.exit in the main thread still waits for the program's threads, and keeps its status."""
+    code = (
+        "import sys, threading, time\ndef late():\n    time.sleep(0.05)\n    print('late')\n"
+        "threading.Thread(target=late).start()\nsys.exit(2)"
+    )
+    assert program(code)[0::2] == (2, "late\n")
+
+
+def test_missing_entry_point_is_an_exception(program):
+    """Call mode without the entry point is kind exc naming it."""
+    ctl = program("def g():\n    return 1", fn_name="f")[1]
+    assert ctl["kind"] == "exc" and ctl["detail"].startswith("NameError: entry point 'f' is not defined")
+
+
+# ---- the pure helpers
+
+
+def test_exit_status():
+    """_exit_status: None is 0, an int is taken modulo 256, anything else is printed and is 1."""
+    assert [worker._exit_status(c) for c in (None, 0, 3, 256 + 3, -1, True)] == [0, 0, 3, 3, 255, 1]
+
+
+def test_to_plain_keeps_json_types_exactly():
+    """_to_plain: bools stay bools, subclasses of int/float/str become the base type, tuples become lists."""
+
+    class Int(int):
+        pass
+
+    class Float(float):
+        pass
+
+    class Str(str):
+        pass
+
+    out = worker._to_plain([True, False, None, Int(5), Float(0.5), Str("s"), (1, [2])])
+    assert out == [True, False, None, 5, 0.5, "s", [1, [2]]]
+    assert [type(v) for v in out] == [bool, bool, type(None), int, float, str, list]
+
+
+def test_to_plain_dict_keys_follow_json():
+    """_to_plain: dict keys that JSON allows become its strings ('2', 'null', 'true', '0.5'), others raise."""
+    assert worker._to_plain({2: 1, None: 2, True: 3, 0.5: 4, "k": (5,)}) == {
+        "2": 1,
+        "null": 2,
+        "true": 3,
+        "0.5": 4,
+        "k": [5],
+    }
+    with pytest.raises(TypeError, match="^dict key of type tuple is not plain JSON$"):
+        worker._to_plain({(1,): 1})
+
+
+def test_to_plain_refuses_other_types():
+    """_to_plain: sets, list and dict subclasses and objects raise TypeError naming the type."""
+
+    class L(list):
+        pass
+
+    class D(dict):
+        pass
+
+    for value, name in (({1}, "set"), (L(), "L"), (D(), "D"), (object(), "object"), (b"x", "bytes")):
+        with pytest.raises(TypeError, match=f"^return value of type {name} is not plain JSON$"):
+            worker._to_plain([value])
+
+
+def test_to_plain_nesting_limit():
+    """_to_plain accepts 200 levels of nesting below the value and refuses 201."""
+
+    def nested(levels):
+        value = 0
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    assert worker._to_plain(nested(200)) == nested(200)
+    with pytest.raises(TypeError, match="^return value nested too deeply$"):
+        worker._to_plain(nested(201))
+
+
+def test_to_plain_nesting_limit_counts_dicts_too():
+    """_to_plain counts dict levels like list levels: 200 accepted, 201 refused."""
+
+    def nested(levels):
+        value = 0
+        for _ in range(levels):
+            value = {"k": value}
+        return value
+
+    assert worker._to_plain(nested(200)) == nested(200)
+    with pytest.raises(TypeError, match="^return value nested too deeply$"):
+        worker._to_plain(nested(201))
+
+
+def test_entry_point_prefers_the_solution_method():
+    """_entry_point: Solution().<name> when the class has it, else the top-level function."""
+
+    class Solution:
+        def f(self):
+            return "method"
+
+    def f():
+        return "function"
+
+    assert worker._entry_point({"Solution": Solution, "f": f}, "f")() == "method"
+    assert worker._entry_point({"Solution": Solution, "g": f}, "g")() == "function"
+    assert worker._entry_point({"Solution": 5, "f": f}, "f")() == "function"  # not a class
+
+
+def test_entry_point_missing_or_not_callable_is_a_name_error():
+    """_entry_point raises NameError naming the entry point when there is none, or it is not callable."""
+    message = "^entry point 'f' is not defined \\(neither a function nor a method of class Solution\\)$"
+    for namespace in ({}, {"f": 3}, {"Solution": type("Solution", (), {})}):
+        with pytest.raises(NameError, match=message):
+            worker._entry_point(namespace, "f")
+
+
+def _pipe_with(data: bytes):
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    return r
+
+
+@contextlib.contextmanager
+def _no_hang(seconds: float = 10.0):
+    """A read that never completes (a broken framing) fails the test instead of hanging it."""
+
+    def expire(signum, frame):
+        raise TimeoutError("blocked on a pipe")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_chunks_cap_marks_over_and_keeps_nothing_past_it():
+    """_Chunks with a cap: reads up to the cap are kept; the read that passes it sets `over` and is not kept."""
+    chunks = worker._Chunks(cap=5)
+    r = _pipe_with(b"abcde")
+    try:
+        assert chunks.read_from(r) == 5 and not chunks.over and bytes(chunks.tail(10)) == b"abcde"
+        assert chunks.read_from(r) == 0
+    finally:
+        os.close(r)
+    chunks = worker._Chunks(cap=5)
+    r = _pipe_with(b"abcdef")
+    try:
+        assert chunks.read_from(r) == 6 and chunks.over and chunks.parts == [] and chunks.n == 6
+    finally:
+        os.close(r)
+
+
+def test_chunks_without_cap_keep_a_tail():
+    """_Chunks without a cap (stderr) keep the newest bytes, at least the last 8 KiB, and drop the oldest."""
+    chunks = worker._Chunks(cap=None)
+    for i in range(6):
+        r = _pipe_with(bytes([65 + i]) * 10_000)
+        try:
+            chunks.read_from(r)
+        finally:
+            os.close(r)
+    kept = b"".join(chunks.parts)
+    assert chunks.n == 60_000 and len(kept) <= 2 * 8192 + 10_000 and kept.endswith(b"F" * 10_000)
+    assert len(kept) >= 8192 and b"A" not in kept
+
+
+@pytest.mark.parametrize(
+    ("reads", "kept"),
+    [((5000, 5000), 10_000), ((8192, 8192), 16_384), ((10_000, 10_000), 10_000), ((8000, 8000, 8000), 16_000)],
+)
+def test_chunks_without_cap_drop_old_reads_past_16_kib(reads, kept):
+    """_Chunks without a cap drop their oldest reads while more than 16 KiB is kept, never the newest read."""
+    chunks = worker._Chunks(cap=None)
+    for size in reads:
+        r = _pipe_with(b"z" * size)
+        try:
+            chunks.read_from(r)
+        finally:
+            os.close(r)
+    assert sum(len(p) for p in chunks.parts) == kept and chunks.n == sum(reads)
+
+
+def test_chunks_tail_spans_reads():
+    """_Chunks.tail(n) is the last n bytes of everything kept, across reads."""
+    chunks = worker._Chunks(cap=100)
+    for data in (b"abc", b"def"):
+        r = _pipe_with(data)
+        try:
+            chunks.read_from(r)
+        finally:
+            os.close(r)
+    assert chunks.tail(5) == bytearray(b"bcdef") and chunks.tail(10) == bytearray(b"abcdef")
+
+
+def test_chunks_wipe_zeroes_the_bytes():
+    """_Chunks.wipe zeroes every kept buffer (no later test can find the output in memory) and forgets them."""
+    chunks = worker._Chunks(cap=100)
+    r = _pipe_with(b"secret")
+    try:
+        chunks.read_from(r)
+    finally:
+        os.close(r)
+    part = chunks.parts[0]
+    chunks.wipe()
+    assert bytes(part) == bytes(6) and chunks.parts == []
+
+
+def test_send_and_recv_round_trip_with_raw_buffers():
+    """send frames a message and appends each buffer's bytes (lengths in `raw`), then wipes them; recv reads it."""
+    r, w = os.pipe()
+    try:
+        out = worker._Chunks(cap=100)
+        src = _pipe_with(b"hello")
+        out.read_from(src)
+        os.close(src)
+        part = out.parts[0]
+        with _no_hang():
+            worker.send(w, {"exit": 0}, [out, worker._Chunks(cap=100)])
+        assert bytes(part) == bytes(5) and out.parts == []
+        os.close(w)
+        w = -1
+        with _no_hang():
+            assert worker.recv(r) == {"exit": 0, "raw": [5, 0]}
+            assert os.read(r, 100) == b"hello"
+            assert worker.recv(r) is None  # EOF between messages
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)
+
+
+def test_recv_of_a_truncated_message_raises():
+    """recv raises EOFError when the stream ends inside a header or a body."""
+    body = marshal.dumps({"a": 1})
+    for data in (worker._HEADER.pack(len(body)) + body[:-1], worker._HEADER.pack(len(body))[:3]):
+        r = _pipe_with(data)
+        try:
+            with pytest.raises(EOFError, match="^truncated message$"):
+                worker.recv(r)
+        finally:
+            os.close(r)
+
+
+def test_recv_of_a_header_without_its_body_raises():
+    """recv raises EOFError when the stream ends right after a header."""
+    r = _pipe_with(worker._HEADER.pack(10))
+    try:
+        with pytest.raises(EOFError, match="^truncated message$"):
+            worker.recv(r)
+    finally:
+        os.close(r)
+
+
+def test_large_messages_are_read_in_full_and_alone():
+    """recv reads a body larger than one read (1 MiB) completely, and not a byte of the next message."""
+    r, w = os.pipe()
+    payloads = [{"v": "x" * (3 << 20)}, {"next": 1}]
+
+    def write():
+        try:
+            for payload in payloads:
+                worker.send(w, payload)
+        except OSError:  # the reader gave up
+            pass
+        finally:
+            os.close(w)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        with _no_hang():
+            assert [worker.recv(r), worker.recv(r), worker.recv(r)] == [*payloads, None]
+    finally:
+        os.close(r)  # a writer still blocked on the pipe gets EPIPE and ends
+        writer.join()
+
+
+def test_recv_reads_exactly_one_message_from_a_file(tmp_path):
+    """recv on a descriptor that returns every byte asked for (a file) stops at the message's end."""
+    path = tmp_path / "messages"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        worker.send(fd, {"v": "x" * (3 << 20)})
+        worker.send(fd, {"next": 1})
+        os.lseek(fd, 0, os.SEEK_SET)
+        assert worker.recv(fd) == {"v": "x" * (3 << 20)}
+        assert worker.recv(fd) == {"next": 1} and worker.recv(fd) is None
+    finally:
+        os.close(fd)
+
+
+# ---- the zygote's fork-and-watch loop, in a child of this process with every layer disabled
+
+
+class _SafeOs:
+    """The worker's `os`, refusing to signal every process (pid -1) or a process group below 2."""
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def kill(self, pid, sig):
+        if pid <= 0:
+            raise PermissionError(f"test guard: kill({pid}) refused")
+        return os.kill(pid, sig)
+
+    def killpg(self, pgid, sig):
+        if pgid <= 1:
+            raise PermissionError(f"test guard: killpg({pgid}) refused")
+        return os.killpg(pgid, sig)
+
+
+def _no_init(main_pid, status_fd):
+    """Stands in for `_reap_all`: without a PID namespace an init of the test would signal the whole machine."""
+    os._exit(99)
+
+
+class FakeCgroup:
+    """A slot cgroup that reports the CPU and OOM-kill counters given (the last value repeats)."""
+
+    cpu_kind = mem_kind = "fake"
+
+    def __init__(self, cpu_ns=(0,), oom_kills=(0,)):
+        self._cpu, self._oom = list(cpu_ns), list(oom_kills)
+        self.memory = []
+
+    @staticmethod
+    def _next(values):
+        return values.pop(0) if len(values) > 1 else values[0]
+
+    def cpu_ns(self):
+        return self._next(self._cpu)
+
+    def oom_kills(self):
+        return self._next(self._oom)
+
+    def set_memory(self, limit):
+        self.memory.append(limit)
+
+    def join(self):
+        pass
+
+
+@pytest.fixture
+def zygote(tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, "_reap_all", _no_init)
+    monkeypatch.setattr(worker, "os", _SafeOs())
+    cfg = {
+        "slot_dir": str(tmp_path),
+        "uid": None,
+        "tmpfs_bytes": 1 << 20,
+        "tmpfs_inodes": 64,
+        "extra_sys_path": [],
+        "disable": [
+            "namespaces",
+            "landlock",
+            "seccomp",
+            "cgroup_v1",
+            "cgroup_v2",
+            "ipc_ns",
+            "minimal_root",
+            "test_tmpfs",
+        ],
+        # a slot cgroup that cannot be opened: the zygote runs without one, and never makes one of its own
+        "cgroup": {"procs": [str(tmp_path / "none" / "cgroup.procs")], "cpu": None, "mem": None},
+        "cgroup_name": None,
+    }
+    layers = {
+        "pid_ns": False,
+        "net_ns": False,
+        "tmpfs": False,
+        "user_ns": False,
+        "landlock": 0,
+        "per_slot_uid": False,
+        "ipc_ns": False,
+        "seccomp": False,
+        "cgroup_cpu": None,
+        "cgroup_memory": None,
+    }
+    z = worker._Zygote(cfg, layers, [], False)
+    assert z.cg is None and not z.reaper and z.pidns_fd is None and z.uid is None
+    yield z
+    gc.unfreeze()
+
+
+_LIMITS = {"time_s": 2.0, "wall_s": 4.0, "memory_mb": 512, "output_bytes": 1 << 16, "file_bytes": 1 << 20, "nproc": 32}
+
+
+def _run_test(z, req):
+    me = os.getpid()
+    try:
+        with _no_hang(30.0):
+            reply, buffers = z.run_test(req)
+    finally:
+        if os.getpid() != me:  # a forked test process that came back here (a broken fork): never run pytest twice
+            os._exit(70)
+    out, err, ctl = (b"".join(b.parts) for b in buffers) if buffers else (b"", b"", b"")
+    return reply, out, err, ctl
+
+
+def _test(z, code, stdin=b"", code_id=1, **limits):
+    req = {"code_id": code_id, "code": code, "limits": dict(_LIMITS, **limits), "fn_name": None, "mode": "stdio"}
+    req["stdin"] = stdin
+    return _run_test(z, req)
+
+
+def test_zygote_reports_status_output_and_stdin(zygote):
+    """A test's reply: exit status, no signal, no tle/ole/oom, its stdout, and all of a large stdin was fed."""
+    stdin = b"x" * (1 << 18) + b"\n"
+    reply, out, err, ctl = _test(zygote, "import sys\nprint(len(sys.stdin.read()))\nsys.exit(3)", stdin)
+    assert (reply["exit"], reply["sig"], reply["tle"], reply["ole"], reply["oom"]) == (3, None, False, False, False)
+    assert out == b"%d\n" % len(stdin) and json.loads(ctl) == {"kind": "ok"} and "infra" not in reply
+    assert 0 <= reply["cpu"] < _LIMITS["time_s"]
+
+
+def test_zygote_call_mode_has_an_empty_stdin(zygote):
+    """A call-mode request carries no stdin: the program reads end-of-file at once."""
+    req = {
+        "code_id": 1,
+        "code": "import sys\ndef f():\n    return sys.stdin.read()",
+        "limits": _LIMITS,
+        "fn_name": "f",
+        "mode": "call",
+        "args": marshal.dumps([]),
+    }
+    reply, _, _, ctl = _run_test(zygote, req)
+    assert reply["exit"] == 0 and json.loads(ctl) == {"kind": "result", "value": '""'}
+
+
+def test_zygote_reports_the_killing_signal(zygote):
+    """A program killed by a signal has no exit status and that signal."""
+    reply, *_ = _test(zygote, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    assert (reply["exit"], reply["sig"], reply["tle"]) == (None, signal.SIGSEGV, False)
+
+
+def test_zygote_wall_clock_is_tle(zygote):
+    """A program still running at wall_s is killed and flagged tle (not ole)."""
+    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.5)
+    assert (reply["tle"], reply["ole"], reply["sig"]) == (True, False, signal.SIGKILL)
+    assert 0.5 <= reply["wall"] and "infra" not in reply
+
+
+def test_zygote_output_over_the_cap_is_ole(zygote):
+    """stdout past output_bytes is flagged ole and the program is killed; nothing of the flood is kept."""
+    reply, out, *_ = _test(zygote, "while True:\n    print('x' * 1000)", output_bytes=1 << 14)
+    assert (reply["ole"], reply["tle"], reply["sig"]) == (True, False, signal.SIGKILL)
+    assert len(out) <= 1 << 14
+
+
+def test_zygote_result_channel_over_the_cap_is_ole(zygote):
+    """A control message past output_bytes + 4 KiB (a huge return value) is ole too."""
+    reply, *_ = _test(zygote, "import os\nos.write(3, b'x' * 30000)\nimport time\ntime.sleep(30)", output_bytes=1 << 14)
+    assert (reply["ole"], reply["tle"], reply["sig"]) == (True, False, signal.SIGKILL)
+
+
+def test_zygote_output_exactly_at_the_caps_is_not_ole(zygote):
+    """Exactly output_bytes of stdout, and exactly output_bytes + 4 KiB on the result channel, are within the limit."""
+    ok = len(b'{"kind": "ok"}')  # the worker's own message follows the program's bytes on the channel
+    code = f"import os\nos.write(1, b'x' * 16384)\nos.write(3, b'y' * {16384 + 4096 - ok})"
+    reply, out, _, ctl = _test(zygote, code, output_bytes=1 << 14)
+    assert (reply["ole"], reply["exit"], len(out), len(ctl)) == (False, 0, 16384, 16384 + 4096)
+
+
+def test_zygote_stderr_flood_is_not_ole(zygote):
+    """A flood on stderr is no OLE: only its tail is kept and the program ends normally."""
+    reply, out, err, _ = _test(zygote, "import sys\nsys.stderr.write('e' * (1 << 20))\nprint('ok')")
+    assert (reply["ole"], reply["exit"], out) == (False, 0, b"ok\n")
+    assert 8192 <= len(err) < 1 << 20
+
+
+def test_zygote_setup_failure_is_infra_with_the_error(zygote):
+    """A test process that fails before the program starts (no ready byte) is reported as infra with its error."""
+    reply, *_ = _test(zygote, "print(1)", memory_mb=1 << 50)  # an rlimit too large for setrlimit: the child fails
+    assert reply["infra"].startswith("test process setup failed: Traceback (most recent call last):\n")
+    assert reply["infra"].endswith("OverflowError: Python int too large to convert to C long\n")
+
+
+def test_zygote_syntax_error_is_se_with_the_line(zygote):
+    """A program that does not compile is answered with se naming the error and its line, without a fork."""
+    req = {"code_id": 7, "code": "x = 1\ndef f(:\n", "limits": _LIMITS, "fn_name": None, "mode": "stdio", "stdin": b""}
+    reply, buffers = zygote.run_test(req)
+    assert buffers == [] and reply == {"se": "SyntaxError: invalid syntax (line 2)"}
+
+
+def test_zygote_compiles_once_per_code_id(zygote):
+    """The same code_id reuses the compiled program (a request may leave the code out); a new id recompiles."""
+    assert _test(zygote, "print(1)", code_id=1)[1] == b"1\n"
+    assert _test(zygote, None, code_id=1)[1] == b"1\n"
+    assert _test(zygote, "print(2)", code_id=2)[1] == b"2\n"
+
+
+def test_zygote_removes_each_test_directory(zygote, tmp_path):
+    """Each test gets a fresh directory, gone after the test."""
+    reply, out, *_ = _test(zygote, "import os\nopen('f', 'w').write('x')\nprint(os.getcwd())")
+    assert out.decode().startswith(str(tmp_path / "t")) and os.listdir(tmp_path) == []
+
+
+def test_zygote_closes_every_pipe_of_a_test(zygote):
+    """No descriptor of a finished test stays open in the zygote."""
+    _test(zygote, "print(1)")
+    before = sorted(os.listdir("/proc/self/fd"))
+    _test(zygote, "print(input())", stdin=b"fed\n")
+    _test(zygote, "import time\ntime.sleep(30)", wall_s=0.3)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_zygote_oom_kill_in_the_slot_cgroup_is_reported(zygote):
+    """The slot cgroup's OOM-kill counter rising during a test sets oom (the runner's MLE); the memory limit is
+    memory_mb plus the tmpfs."""
+    zygote.cg = FakeCgroup(oom_kills=(3, 4))
+    reply, *_ = _test(zygote, "print(1)")
+    assert reply["oom"] is True and zygote.cg.memory == [(512 << 20) + (1 << 20)]
+    zygote.cg = FakeCgroup(oom_kills=(3, 3))
+    assert _test(zygote, "print(1)")[0]["oom"] is False
+
+
+def test_zygote_cgroup_cpu_over_the_limit_is_tle(zygote):
+    """With a slot cgroup, the CPU of all the test's processes is checked while it runs: over time_s, tle and
+    killed; the reported CPU is the cgroup's."""
+    zygote.cg = FakeCgroup(cpu_ns=(5_000_000_000, 7_500_000_000))  # 2.5 s used since the test started
+    reply, *_ = _test(zygote, "import time\ntime.sleep(30)")
+    assert (reply["tle"], reply["sig"], reply["cpu"]) == (True, signal.SIGKILL, 2.5)
+
+
+def test_zygote_cgroup_cpu_under_the_limit_is_reported(zygote):
+    """With a slot cgroup under the CPU limit the test runs to its end, and reports the cgroup's CPU when larger."""
+    zygote.cg = FakeCgroup(cpu_ns=(5_000_000_000, 6_500_000_000))
+    reply, out, *_ = _test(zygote, "print(1)")
+    assert (reply["tle"], reply["exit"], reply["cpu"], out) == (False, 0, 1.5, b"1\n")
+
+
+def test_zygote_compiles_without_the_workers_future_flags(zygote):
+    """The program is compiled on its own: the worker's `from __future__ import annotations` does not leak in."""
+    assert _test(zygote, "def f(x: int):\n    pass\nprint(f.__annotations__['x'] is int)")[1] == b"True\n"
+
+
+def test_zygote_tracebacks_show_the_programs_lines(zygote):
+    """A program's traceback names solution.py and quotes its source line (the zygote fills linecache)."""
+    reply, _, err, _ = _test(zygote, "x = 1\nraise KeyError('k')")
+    assert reply["exit"] == 1
+    assert b"  File \"solution.py\", line 2, in <module>\n    raise KeyError('k')\n" in err
+    assert err.endswith(b"KeyError: 'k'\n")
+
+
+def test_zygote_other_compile_errors_are_se_without_a_line(zygote):
+    """A compile error that is not a SyntaxError with a line (a NUL byte) is se with the error's type and text."""
+    reply, buffers = zygote.run_test(
+        {"code_id": 9, "code": "print(1)\x00", "limits": _LIMITS, "fn_name": None, "mode": "stdio", "stdin": b""}
+    )
+    assert buffers == [] and re.fullmatch(
+        r"(ValueError|SyntaxError): source code string cannot contain null bytes( \(line 1\))?", reply["se"]
+    )
+
+
+def test_zygote_test_directory_is_private(zygote):
+    """The program's working directory is a directory of its own, mode 0700."""
+    assert _test(zygote, "import os\nprint(oct(os.stat('.').st_mode & 0o777))")[1] == b"0o700\n"
+
+
+def test_zygote_result_channel_one_byte_over_is_ole(zygote):
+    """One byte past output_bytes + 4 KiB on the result channel is ole."""
+    ok = len(b'{"kind": "ok"}')
+    code = f"import os\nos.write(3, b'y' * {16384 + 4096 - ok + 1})"
+    assert _test(zygote, code, output_bytes=1 << 14)[0]["ole"] is True
+
+
+def test_zygote_feeds_stdin_while_reading_output(zygote):
+    """A program that writes a lot before reading its (large) stdin does not deadlock the zygote."""
+    code = "import os\nos.write(1, b'o' * (1 << 20))\nprint(len(open(0, 'rb').read()))"
+    reply, out, *_ = _test(zygote, code, stdin=b"i" * (1 << 20), output_bytes=2 << 20)
+    assert (reply["exit"], reply["ole"], out) == (0, False, b"o" * (1 << 20) + b"1048576\n")
+
+
+def test_zygote_stdin_left_unread_is_fine(zygote):
+    """A program that exits without reading its large stdin ends normally."""
+    reply, out, *_ = _test(zygote, "print('bye')", stdin=b"i" * (1 << 20))
+    assert (reply["exit"], out) == (0, b"bye\n")
+
+
+def test_zygote_output_is_read_until_every_writer_is_gone(zygote):
+    """Without a PID namespace, output a child of the program writes after the program exits is still kept."""
+    code = "import os, time\nif os.fork() == 0:\n    time.sleep(0.2)\n    os.write(1, b'late\\n')\n    os._exit(0)\n"
+    code += "print('main')"
+    reply, out, *_ = _test(zygote, code)
+    assert (reply["exit"], out) == (0, b"main\nlate\n")
+
+
+def test_zygote_deadline_kills_the_whole_process_group(zygote):
+    """At the wall deadline the test's whole process group is killed (a child holding the pipes included)."""
+    code = "import os, time\nos.fork()\ntime.sleep(30)"
+    reply, *_ = _test(zygote, code, wall_s=0.5)
+    assert (reply["tle"], reply["sig"]) == (True, signal.SIGKILL)
+
+
+def test_zygote_wall_time_is_measured_from_the_start(zygote):
+    """A test's reported wall time lies between 0 and the time the call took."""
+    start = time.monotonic()
+    reply, *_ = _test(zygote, "print(1)")
+    assert 0 <= reply["wall"] <= time.monotonic() - start
+
+
+def test_zygote_cgroup_cpu_is_checked_while_the_test_runs(zygote):
+    """The cgroup's CPU is checked repeatedly while the test runs: crossing time_s on a later check still kills
+    the test long before its (one hour) wall limit."""
+    zygote.cg = FakeCgroup(cpu_ns=(0, 1_000_000_000, 1_000_000_000, 2_500_000_000))
+    reply, *_ = _test(zygote, "import time\ntime.sleep(3600)", wall_s=3600.0)
+    assert (reply["tle"], reply["sig"], reply["cpu"]) == (True, signal.SIGKILL, 2.5)
+
+
+def test_zygote_cgroup_cpu_at_the_limit_is_not_over_it(zygote):
+    """CPU exactly at time_s, or none at all under a limit below 1 s, never kills the test."""
+    zygote.cg = FakeCgroup(cpu_ns=(0, 2_000_000_000))
+    reply, out, *_ = _test(zygote, "import time\ntime.sleep(0.2)\nprint(1)")
+    assert (reply["tle"], reply["exit"], out) == (False, 0, b"1\n")
+    zygote.cg = FakeCgroup(cpu_ns=(0,))
+    reply, out, *_ = _test(zygote, "import time\ntime.sleep(0.2)\nprint(1)", time_s=0.5)
+    assert (reply["tle"], reply["exit"], out) == (False, 0, b"1\n")
