@@ -498,6 +498,20 @@ def test_chunks_wipe_zeroes_the_bytes():
     assert bytes(part) == bytes(6) and chunks.parts == []
 
 
+def test_chunks_keep_exact_sizes_and_leave_no_copy_in_the_scratch_buffer():
+    """A read keeps exactly the bytes read, and the shared scratch buffer it went through is zeroed again (over the
+    cap too): the only copy of a test's output is in parts that wipe() zeroes."""
+    for cap, data in ((100, b"secret"), (3, b"secret")):
+        chunks = worker._Chunks(cap=cap)
+        r = _pipe_with(data)
+        try:
+            assert chunks.read_from(r) == 6
+        finally:
+            os.close(r)
+        assert [bytes(p) for p in chunks.parts] == ([data] if cap > 6 else [])
+        assert bytes(worker._Chunks._scratch) == bytes(worker._Chunks._SIZE)
+
+
 def test_send_and_recv_round_trip_with_raw_buffers():
     """send frames a message and appends each buffer's bytes (lengths in `raw`), then wipes them; recv reads it."""
     r, w = os.pipe()
@@ -637,6 +651,7 @@ class FakeCgroup:
 def zygote(tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "_reap_all", _no_init)
     monkeypatch.setattr(worker, "os", _SafeOs())
+    monkeypatch.setattr(worker.iso, "fork", os.fork)  # this process may have threads: CPython's fork, not libc's
     cfg = {
         "slot_dir": str(tmp_path),
         "uid": None,

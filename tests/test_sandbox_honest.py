@@ -161,3 +161,15 @@ def test_crlf_and_no_final_newline_in_expected():
 
 def test_unicode_output():
     accepted("input(); input(); print('héllo ✓')", expected="héllo ✓\n")
+
+
+def test_each_test_gets_fresh_randomness():
+    """Tests are forked from one zygote without CPython's at-fork reseeding: the program must still see a fresh
+    `random` state and fresh os.urandom each time (two tests of one job, and two jobs, never print the same)."""
+    code = "import random, os\nprint(random.getrandbits(64), os.urandom(8).hex())"
+    seen = []
+    for _ in range(2):
+        result = run(Job(code=code, inputs=["", ""], outputs=["x", "x"], stop_on_first_failure=False))
+        seen += [t.stdout for t in result.tests]
+    assert len(seen) == 4 and all(s.strip() for s in seen)
+    assert len({s.split()[0] for s in seen}) == 4 and len({s.split()[1] for s in seen}) == 4

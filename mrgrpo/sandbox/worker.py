@@ -62,9 +62,17 @@ _CPU_CHECK_S = 0.05  # how often the CPU of all processes of a running test is c
 
 
 class _Chunks:
-    """Bytes read from one pipe, kept in bytearrays (zeroed by wipe()); at most `cap` bytes kept (None: keep a tail)."""
+    """Bytes read from one pipe, kept in bytearrays (zeroed by wipe()); at most `cap` bytes kept (None: keep a tail).
+
+    Reads go through one scratch buffer per process, zeroed after each read, and are kept at their exact size: a
+    test that prints a line costs a few bytes, not 64 KiB of fresh memory per read (which, with the test process
+    alive, the zygote would pay for in copy-on-write faults).
+    """
 
     _SIZE = 1 << 16
+    _scratch = bytearray(_SIZE)
+    _view = memoryview(_scratch)
+    _zeros = memoryview(bytes(_SIZE))
 
     def __init__(self, cap: int | None):
         self.cap = cap
@@ -73,17 +81,15 @@ class _Chunks:
         self.over = False
 
     def read_from(self, fd: int) -> int:
-        part = bytearray(self._SIZE)
-        n = os.readv(fd, [part])
+        n = os.readv(fd, [self._view])
         if n == 0:
             return 0
-        del part[n:]
         self.n += n
         if self.cap is not None and self.n > self.cap:
             self.over = True
-            part[:] = bytes(n)
-            return n
-        self.parts.append(part)
+        else:
+            self.parts.append(bytearray(self._view[:n]))
+        self._view[:n] = self._zeros[:n]
         if self.cap is None:  # keep only a tail (stderr)
             while sum(len(p) for p in self.parts) > 2 * _STDERR_KEEP and len(self.parts) > 1:
                 old = self.parts.pop(0)
@@ -226,7 +232,9 @@ class _Zygote:
         # queues a program creates die with its test and are invisible to every other test.
         layers["ipc_ns"] = layers["pid_ns"] and "ipc_ns" not in cfg.get("disable", ())
         layers["seccomp"] = "seccomp" not in cfg.get("disable", ()) and iso.seccomp_available()
-        if not layers["seccomp"]:
+        if layers["seccomp"]:
+            iso.seccomp_program()  # built here once, not in every test process
+        else:
             warnings_out.append("no seccomp filter: programs can use the kernel keyrings of their uid (keys outlive "
                                 "the test) and create AF_UNIX sockets (host services listening on a pathname "
                                 "socket are reachable if Landlock or the file tree lets the path resolve)")
@@ -261,9 +269,11 @@ class _Zygote:
                                 "process of a test, not the test")
         self.abi = 0 if "landlock" in cfg.get("disable", ()) else iso.landlock_abi()
         self.rules: list[tuple[int, int]] = []
+        self.landlock = None  # built once; each test process adds its directory and applies it
         if self.abi:
             layers["landlock"] = self.abi
             self._open_read_rules(cfg)
+            self.landlock = iso.LandlockRules(self.abi, self.rules)
         else:
             warnings_out.append("Landlock unavailable: the program can read any file (as root it keeps "
                                 "CAP_DAC_READ_SEARCH so the interpreter stays importable), write wherever its uid "
@@ -271,6 +281,7 @@ class _Zygote:
                                 "TCP is blocked only by the network namespace")
         if self.uid is not None:
             layers["per_slot_uid"] = True
+            iso.capset_read_search()  # built here once, not in every test process
         elif not layers["user_ns"]:
             warnings_out.append("no per-slot uid or user namespace: RLIMIT_NPROC is shared by all processes of "
                                 "this user, so a fork bomb is bounded by that limit only")
@@ -359,7 +370,7 @@ class _Zygote:
         if self.pidns_fd is not None:
             iso.unshare(iso.CLONE_NEWPID)
         start = time.monotonic()
-        pid = os.fork()
+        pid = iso.fork()  # the zygote has one thread (checked at start)
         if pid == 0:
             self._child(req, tmp, in_r, out_w, err_w, ctl_w, ready_w)  # never returns
         if self.pidns_fd is not None:
@@ -513,9 +524,9 @@ class _Zygote:
                             stack_bytes=mem, fsize_bytes=lim["file_bytes"], nofile=64,
                             nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"])
                             else None)
-            if self.abi:
+            if self.landlock is not None:
                 tmp_fd, _ = iso.open_path(tmp)
-                iso.landlock_restrict(self.abi, self.rules + [(tmp_fd, iso.ALL_FS_RIGHTS)])
+                self.landlock.restrict(tmp_fd, iso.ALL_FS_RIGHTS)
             if self.layers["seccomp"]:
                 iso.seccomp_deny_keys_and_unix_sockets()
             if self.uid is not None:
@@ -583,6 +594,12 @@ def _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root) -> None:
     import linecache  # noqa: F401  (used by compile(); imported while the whole host tree is still visible)
 
     zygote = _Zygote(cfg, layers, warnings_out, is_root)
+    try:  # iso.fork() skips CPython's at-fork work, which is only safe with one thread
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = 1
+    if threads != 1:
+        raise RuntimeError(f"the zygote must have one thread, it has {threads}")
     # Everything the zygote needs from the host is open now: show tests a minimal tree (the interpreter, its
     # libraries, a few devices, the slot's tmpfs), no host sockets and no other host path to stat.
     layers["minimal_root"] = False
@@ -621,6 +638,9 @@ class _Quitter:
 
     def __call__(self, code=None):
         raise SystemExit(code)
+
+
+_QUITTERS = (_Quitter("exit"), _Quitter("quit"))  # made once in the zygote; each test process sets them
 
 
 def _to_plain(value, depth: int = 0):
@@ -695,7 +715,7 @@ def _run_program(code, req, tmp, preamble) -> None:
         sys.modules["random"].seed()
     import builtins
 
-    builtins.exit, builtins.quit = _Quitter("exit"), _Quitter("quit")
+    builtins.exit, builtins.quit = _QUITTERS
     main_module = types.ModuleType("__main__")
     main_module.__builtins__ = builtins
     sys.modules["__main__"] = main_module
