@@ -523,3 +523,20 @@ class PlanCodeAgentLoop(AgentLoopBase):
             metrics=metrics,
             extra_fields=extra_fields,
         )
+
+
+def build_loop(cfg, server_manager, tokenizer, hf_model_type: str | None = "qwen3") -> PlanCodeAgentLoop:
+    """The loop on a composed trainer config `cfg` (a DictConfig with ``mrgrpo.agent_loop``), with verl's
+    `RLHFDataset` as its dataset class: for callers that drive ``run()`` themselves (``mrgrpo.learn``, tests)."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    return PlanCodeAgentLoop(
+        trainer_config=DictConfigWrap(cfg),
+        server_manager=server_manager,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(cfg.data),
+        hf_model_type=hf_model_type,
+    )

@@ -37,8 +37,6 @@ if importlib.util.find_spec("vllm") is not None:
 vllm = pytest.importorskip("vllm")
 
 from omegaconf import OmegaConf  # noqa: E402
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
-from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 
 import mrgrpo.agent_loop as al  # noqa: E402
 import mrgrpo.sandbox as sandbox  # noqa: E402
@@ -130,15 +128,7 @@ def make_loop(tok, server, response_length, **settings):
             "mrgrpo": {"agent_loop": {**al.recipe_settings(), **settings}},
         }
     )
-    return al.PlanCodeAgentLoop(
-        trainer_config=DictConfigWrap(cfg),
-        server_manager=server,
-        tokenizer=tok,
-        processor=None,
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(cfg.data),
-        hf_model_type="qwen3",
-    )
+    return al.build_loop(cfg, server, tok)
 
 
 def make_row() -> dict:

@@ -355,24 +355,12 @@ def test_another_eos_is_an_end_of_turn_too(tiny_tokenizer):
 
 def test_without_im_end_the_eos_closes_turns(tiny_tokenizer, monkeypatch):
     """A tokenizer without <|im_end|> (a non-ChatML model: verl's generic token builder) closes turns with its eos."""
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
-    from verl.utils.dataset.rl_dataset import RLHFDataset
-
     tok = tokenizer_with_eos(tiny_tokenizer, "<|endoftext|>")
     real = type(tok).convert_tokens_to_ids
     monkeypatch.setattr(
         type(tok), "convert_tokens_to_ids", lambda self, t: None if t == "<|im_end|>" else real(self, t)
     )
-    cfg = make_config()
-    loop = al.PlanCodeAgentLoop(
-        trainer_config=DictConfigWrap(cfg),
-        server_manager=object(),
-        tokenizer=tok,
-        processor=None,
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(cfg.data),
-        hf_model_type=None,
-    )
+    loop = al.build_loop(make_config(), object(), tok, hf_model_type=None)
     assert loop.eos_ids == {tok.eos_token_id} and loop.close_turn_id == tok.eos_token_id
 
 

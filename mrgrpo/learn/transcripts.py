@@ -221,22 +221,11 @@ class Transcript:
 def run_loop(tokenizer, raw_prompt: list[dict], extra_info: dict, turns: Sequence[str], sandbox: ReplaySandbox,
              settings: LoopSettings = LoopSettings()):
     """Drive the real `PlanCodeAgentLoop.run()` once with scripted ``turns``; return (AgentLoopOutput, server)."""
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
-    from verl.utils.dataset.rl_dataset import RLHFDataset
-
-    from mrgrpo.agent_loop import PlanCodeAgentLoop
+    from mrgrpo.agent_loop import build_loop
 
     cfg = settings.loop_config()
     server = ScriptedServer(tokenizer, turns)
-    loop = PlanCodeAgentLoop(
-        trainer_config=DictConfigWrap(cfg),
-        server_manager=server,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(cfg.data),
-        hf_model_type=settings.hf_model_type,
-    )
+    loop = build_loop(cfg, server, tokenizer, settings.hf_model_type)
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
     with replayed_sandbox(sandbox):
         out = loop.loop.run_until_complete(loop.run(params, raw_prompt=raw_prompt, extra_info=extra_info))

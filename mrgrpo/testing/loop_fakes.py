@@ -33,6 +33,8 @@ from typing import Any
 from mrgrpo.code_extract import extract_code
 from mrgrpo.sandbox import ExecResult, Job, Limits, TestResult, Verdict
 from mrgrpo.sandbox.compare import parse_json_value, stdout_equal, values_equal
+from mrgrpo.sandbox.runner import _failure_detail
+from mrgrpo.sandbox.worker import _entry_point  # the real sandbox's rule: Solution().<fn> first, else <fn>
 
 TRAINER_YAML = Path(__file__).resolve().parents[2] / "recipe" / "mrgrpo" / "config" / "mrgrpo_trainer.yaml"
 
@@ -196,9 +198,7 @@ class FakeSandbox:
             test = self._test(job, compiled, index)
             tests.append(test)
             if test.verdict is not Verdict.AC and verdict is Verdict.AC:
-                last = next((ln for ln in reversed(test.stderr.strip().splitlines()) if ln.strip()), "")
-                verdict = test.verdict
-                detail = f"test {index}: {verdict.value}" + (f": {last[:300]}" if last else "")
+                verdict, detail = test.verdict, _failure_detail(test)
                 if job.stop_on_first_failure:
                     break
         passed = sum(t.verdict is Verdict.AC for t in tests)
@@ -279,16 +279,6 @@ class FakeSandbox:
         return result(Verdict.AC if ok else Verdict.WA)
 
 
-def _entry_point(namespace: dict, fn_name: str):
-    cls = namespace.get("Solution")
-    if isinstance(cls, type) and hasattr(cls, fn_name):
-        return getattr(cls(), fn_name)
-    fn = namespace.get(fn_name)
-    if callable(fn):
-        return fn
-    raise NameError(f"entry point {fn_name!r} is not defined (neither a function nor a method of class Solution)")
-
-
 # ------------------------------------------------------------------ building the loop
 def recipe_loop_settings() -> dict:
     """The recipe trainer yaml's ``mrgrpo.agent_loop`` section: the loop's only defaults, so tests follow it."""
@@ -321,23 +311,12 @@ def make_config(response_length=512, prompt_length=1024, enable_thinking=False, 
 
 def make_loop(tokenizer, server, cfg=None, **settings):
     """The loop on ``cfg`` (default `make_config()`), with ``settings`` (``mrgrpo.agent_loop.*``) set on it."""
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
-    from verl.utils.dataset.rl_dataset import RLHFDataset
-
-    from mrgrpo.agent_loop import PlanCodeAgentLoop
+    from mrgrpo.agent_loop import build_loop
 
     cfg = cfg if cfg is not None else make_config()
     for key, value in settings.items():
         cfg.mrgrpo.agent_loop[key] = value
-    return PlanCodeAgentLoop(
-        trainer_config=DictConfigWrap(cfg),
-        server_manager=server,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(cfg.data),
-        hf_model_type="qwen3",
-    )
+    return build_loop(cfg, server, tokenizer)
 
 
 def run_loop(loop, row: dict, sampling_params: dict | None = None):
