@@ -626,9 +626,14 @@ class FakeCgroup:
 
     cpu_kind = mem_kind = "fake"
 
-    def __init__(self, cpu_ns=(0,), oom_kills=(0,)):
-        self._cpu, self._oom = list(cpu_ns), list(oom_kills)
+    def __init__(self, cpu_ns=(0,), oom_kills=(0,), held=(0,)):
+        self._cpu, self._oom, self._held = list(cpu_ns), list(oom_kills), list(held)
         self.memory = []
+        self.held_reads = 0
+
+    def held_bytes(self, below):
+        self.held_reads += 1
+        return self._next(self._held)
 
     @staticmethod
     def _next(values):
@@ -819,6 +824,41 @@ def test_zygote_oom_kill_in_the_slot_cgroup_is_reported(zygote):
     assert reply["oom"] is True and zygote.cg.memory == [(512 << 20) + (1 << 20)]
     zygote.cg = FakeCgroup(oom_kills=(3, 3))
     assert _test(zygote, "print(1)")[0]["oom"] is False
+
+
+def test_zygote_waits_for_an_earlier_tests_memory_to_be_freed(zygote):
+    """A test starts only once the slot cgroup holds less than _HELD_SLACK of earlier tests' memory."""
+    zygote.cg = FakeCgroup(held=(300 << 20, 300 << 20, worker._HELD_SLACK, worker._HELD_SLACK - 1))
+    reply, out, *_ = _test(zygote, "print(1)")
+    assert (reply["exit"], out, zygote.cg.held_reads) == (0, b"1\n", 4)
+
+
+def test_zygote_memory_never_freed_is_infra_and_runs_nothing(zygote, monkeypatch, tmp_path):
+    monkeypatch.setattr(worker, "_HELD_WAIT_S", 0.05)
+    zygote.cg = FakeCgroup(held=(300 << 20,))
+    flag = tmp_path / "ran"
+    reply, *rest = _test(zygote, f"open({str(flag)!r}, 'w').write('x')")
+    assert reply == {"infra": "the slot cgroup still holds 300 MiB of an earlier test's memory 0 s after it ended"}
+    assert not flag.exists() and zygote.cg.memory == [] and zygote.cg.held_reads > 2
+
+
+def _cgroup_files(tmp_path, kind: str, usage: int, stat: str) -> worker.iso.CgroupHandle:
+    names = {"v1": ("memory.usage_in_bytes", "memory.stat"), "v2": ("memory.current", "memory.stat")}[kind]
+    (tmp_path / names[0]).write_text(f"{usage}\n")
+    (tmp_path / names[1]).write_text(stat)
+    return worker.iso.CgroupHandle({"procs": [], "cpu": None, "mem": (str(tmp_path), kind)})
+
+
+@pytest.mark.parametrize("kind,stat", [
+    ("v1", "cache 900000000\nrss 3000\nrss_huge 0\nshmem 40000\nmapped_file 40000\ntotal_rss 999999999\n"),
+    ("v2", "anon 3000\nfile 900000000\nkernel 77\nshmem 40000\nanon_thp 0\n"),
+])
+def test_held_bytes_counts_anonymous_and_shared_memory_not_page_cache(tmp_path, kind, stat):
+    assert _cgroup_files(tmp_path, kind, 900_043_077, stat).held_bytes(8 << 20) == 43000
+
+
+def test_held_bytes_under_the_threshold_is_the_usage_without_parsing(tmp_path):
+    assert _cgroup_files(tmp_path, "v1", 5000, "not parsed").held_bytes(5001) == 5000
 
 
 def test_zygote_cgroup_cpu_over_the_limit_is_tle(zygote):

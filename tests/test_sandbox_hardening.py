@@ -248,6 +248,26 @@ def test_sysv_shared_memory_counts_against_the_budget():
     assert result.verdict is Verdict.MLE, result
 
 
+def test_memory_an_earlier_test_held_is_not_charged_to_the_next():
+    # The kernel frees a killed test's SysV segment later, with its IPC namespace (from a workqueue); meanwhile the
+    # slot's cgroup still holds it. The next test on that slot (sequential jobs reuse the same slot) must get its
+    # whole budget all the same: a verdict must not depend on what ran before it.
+    if not layers()["cgroup_memory"]:
+        pytest.skip("no cgroup memory limit here")
+    flood = _LIBC + """
+    libc.shmat.restype = ctypes.c_void_p
+    addr = libc.shmat(libc.shmget(0, 600 << 20, IPC_CREAT | 0o600), None, 0)
+    ctypes.memset(addr, 1, 600 << 20)
+    print("none")
+    """
+    honest = "b = bytearray(150 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('none')"
+    limits = Limits(time_s=4, wall_s=10, memory_mb=256)
+    verdicts = []
+    for _ in range(8):
+        verdicts.append((judge(flood, n=1, limits=limits).verdict, judge(honest, n=1, limits=limits).verdict))
+    assert verdicts == [(Verdict.MLE, Verdict.AC)] * 8
+
+
 def test_honest_program_using_its_memory_passes():
     code = "b = bytearray(150 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('none')"
     assert judge(code, n=2, limits=Limits(time_s=4, wall_s=10, memory_mb=256)).verdict is Verdict.AC

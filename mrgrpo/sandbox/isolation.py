@@ -440,14 +440,15 @@ class CgroupHandle:
         if cfg["mem"]:
             d = cfg["mem"][0]
             if self.mem_kind == "v2":
-                names = (("limit", "memory.max"), ("swap", "memory.swap.max"), ("events", "memory.events"))
+                names = (("limit", "memory.max"), ("swap", "memory.swap.max"), ("events", "memory.events"),
+                         ("usage", "memory.current"), ("stat", "memory.stat"))
             else:
                 names = (("limit", "memory.limit_in_bytes"), ("swap", "memory.memsw.limit_in_bytes"),
-                         ("events", "memory.oom_control"))
+                         ("events", "memory.oom_control"), ("usage", "memory.usage_in_bytes"), ("stat", "memory.stat"))
             for key, fname in names:
                 path = os.path.join(d, fname)
                 if os.path.exists(path):
-                    mode = os.O_RDONLY if key == "events" else os.O_RDWR
+                    mode = os.O_RDWR if key in ("limit", "swap") else os.O_RDONLY
                     self.mem_fds[key] = os.open(path, mode | os.O_CLOEXEC)
 
     def join(self) -> None:
@@ -480,6 +481,29 @@ class CgroupHandle:
             if key == "oom_kill":
                 return int(value)
         return 0
+
+    def held_bytes(self, below: int) -> int:
+        """Memory the slot cgroup holds that the kernel cannot reclaim (anonymous and shared memory: v1 `rss` +
+        `shmem`, v2 `anon` + `shmem`), or its whole usage when that is already `below` bytes (one read, no parse).
+
+        Between tests no process is in the cgroup, yet it may still hold an exited test's memory for a while: the
+        kernel frees some of it asynchronously (a SysV segment goes with its IPC namespace, from a workqueue).
+        Reclaimable page cache (files a test read) is not counted: it cannot push the next test over its limit.
+        """
+        usage_fd = self.mem_fds.get("usage")
+        if usage_fd is None:
+            return 0
+        usage = int(self._read(usage_fd))
+        stat_fd = self.mem_fds.get("stat")
+        if usage < below or stat_fd is None:
+            return usage
+        keys = ("anon", "shmem") if self.mem_kind == "v2" else ("rss", "shmem")
+        held = 0
+        for line in os.pread(stat_fd, 1 << 16, 0).decode().splitlines():
+            key, _, value = line.partition(" ")
+            if key in keys:
+                held += int(value)
+        return held
 
     def set_memory(self, limit: int) -> None:
         if self.mem_limit == limit or "limit" not in self.mem_fds:

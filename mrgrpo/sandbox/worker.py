@@ -59,6 +59,8 @@ _SETUP_FAILED = 70  # exit status of a child whose isolation setup failed (it ne
 _STDERR_KEEP = 8192
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
 _CPU_CHECK_S = 0.05  # how often the CPU of all processes of a running test is checked (with a slot cgroup)
+_HELD_SLACK = 8 << 20  # a test starts only once the slot cgroup holds less than this of earlier tests' memory ...
+_HELD_WAIT_S = 10.0  # ... waiting at most this long for the kernel to free it (else INFRA: the slot restarts)
 
 
 class _Chunks:
@@ -362,6 +364,10 @@ class _Zygote:
         fds += [in_r, in_w, out_r, out_w, err_r, err_w, ctl_r, ctl_w, ready_r, ready_w]
         cg0 = None
         if self.cg is not None:
+            held = self._wait_for_release()
+            if held >= _HELD_SLACK:
+                return {"infra": f"the slot cgroup still holds {held >> 20} MiB of an earlier test's memory "
+                                 f"{_HELD_WAIT_S:.0f} s after it ended"}, []
             try:
                 self.cg.set_memory((lim["memory_mb"] << 20) + self.tmpfs_bytes)
             except OSError:  # e.g. EBUSY lowering a v1 limit below unreclaimable usage: keep the previous limit
@@ -381,6 +387,20 @@ class _Zygote:
         pidfd = os.pidfd_open(pid)
         fds.append(pidfd)
         return self._watch(pid, pidfd, start, lim, req.get("stdin", b""), in_w, out_r, err_r, ctl_r, ready_r, cg0)
+
+    def _wait_for_release(self) -> int:
+        """Wait until the slot cgroup no longer holds an earlier test's memory (which would count against this
+        test's limit: a test would be judged by what ran before it). Returns what it still holds."""
+        held = self.cg.held_bytes(_HELD_SLACK)
+        if held < _HELD_SLACK:
+            return held
+        deadline = time.monotonic() + _HELD_WAIT_S
+        pause = 0.001
+        while held >= _HELD_SLACK and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+            held = self.cg.held_bytes(_HELD_SLACK)
+        return held
 
     def _cg_cpu(self, cg0) -> float | None:
         if cg0 is None or cg0[0] is None:
