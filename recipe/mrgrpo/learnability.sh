@@ -4,13 +4,15 @@
 #   data      python -m mrgrpo.learn experiment: synthetic problems, splits, tokenizer, SFT transcripts (CPU)
 #   sft       recipe/mrgrpo/sft_synth.sh: SFT warm start with verl's SFT trainer (SFT_STEPS, an HF checkpoint every
 #             SAVE_FREQ steps)
-#   sft_eval  held-out pass@1 (greedy, `mrgrpo eval`, the training agent loop and reward) of every SFT checkpoint up to
-#             SFT_STEPS: the plateau curve (OUT_DIR/sft_eval/step_N/summary.json); evaluated ones are skipped
+#   sft_eval  held-out pass@1 (greedy, `mrgrpo eval`, the training agent loop and reward) of the SFT checkpoints
+#             SFT_EVAL_STEPS (in that order; default: every one up to SFT_STEPS, newest first): the plateau curve
+#             (OUT_DIR/sft_eval/step_N/summary.json); evaluated ones are skipped
 #   grpo      GRPO, K=ROUNDS feedback rounds, self plan, with the unchanged recipe (PROFILE=synth); held-out
 #             pass@1 (greedy, verl validation) per split before training and every TEST_FREQ steps
 #   grpo_k0   the same with K=0 (one attempt): the feedback ablation
 #   sft_more  the control: SFT continued for SFT_MORE_STEPS more steps (GRPO's training wall time divided by the
-#             SFT stage's seconds per step), then evaluated as sft_eval does (OUT_DIR/sft_more_eval)
+#             SFT stage's seconds per step; checkpoints every SFT_MORE_SAVE_FREQ steps for sft_eval), then evaluated
+#             as sft_eval does (OUT_DIR/sft_more_eval)
 # Each stage writes OUT_DIR/<stage>.log and, for verl runs, OUT_DIR/<stage>.jsonl (verl's `file` logger: every
 # metric of every step). python benchmarks/learning_curves.py OUT_DIR turns them into CSV and PNG.
 #
@@ -27,6 +29,8 @@ EXP_DIR=${EXP_DIR:-$CACHE_DIR/learn_exp}
 OUT_DIR=${OUT_DIR:-$EXP_DIR/runs}
 SFT_STEPS=${SFT_STEPS:-600}
 SFT_MORE_STEPS=${SFT_MORE_STEPS:-300}
+SFT_MORE_SAVE_FREQ=${SFT_MORE_SAVE_FREQ:-$SFT_MORE_STEPS}
+SFT_EVAL_STEPS=${SFT_EVAL_STEPS:-}        # e.g. "1500 1000 600": checkpoints to evaluate, in this order
 ROUNDS=${ROUNDS:-2}
 STEPS=${STEPS:-60}
 SAVE_FREQ=${SAVE_FREQ:-200}
@@ -86,9 +90,16 @@ fi
 if has sft_eval; then
   stamp "sft_eval start"
   mkdir -p "$OUT_DIR/sft_eval"
-  for ckpt in $(ls -d "$EXP_DIR"/sft_ckpt/global_step_*/huggingface | sort -V); do
-    step=$(basename "$(dirname "$ckpt")"); step=${step#global_step_}
-    (( step <= SFT_STEPS )) && evaluate "$ckpt" "$OUT_DIR/sft_eval/step_$step"
+  if [[ -z "$SFT_EVAL_STEPS" ]]; then
+    for ckpt in $(ls -d "$EXP_DIR"/sft_ckpt/global_step_*/huggingface | sort -Vr); do
+      step=$(basename "$(dirname "$ckpt")"); step=${step#global_step_}
+      (( step <= SFT_STEPS )) && SFT_EVAL_STEPS+="$step "
+    done
+  fi
+  for step in $SFT_EVAL_STEPS; do
+    ckpt=$EXP_DIR/sft_ckpt/global_step_$step/huggingface
+    [[ -d "$ckpt" ]] || { stamp "sft_eval: no checkpoint $ckpt"; continue; }
+    evaluate "$ckpt" "$OUT_DIR/sft_eval/step_$step" || true
   done
   stamp "sft_eval done"
 fi
@@ -100,7 +111,7 @@ if has grpo_k0; then
 fi
 if has sft_more; then
   stamp "sft_more start"
-  EXP_DIR="$EXP_DIR" SFT_STEPS=$(( SFT_STEPS + SFT_MORE_STEPS )) SAVE_FREQ="$SFT_MORE_STEPS" \
+  EXP_DIR="$EXP_DIR" SFT_STEPS=$(( SFT_STEPS + SFT_MORE_STEPS )) SAVE_FREQ="$SFT_MORE_SAVE_FREQ" \
     SFT_MODEL="$EXP_DIR/sft_more_model" SEED="$SEED" PYTHON="$PYTHON" bash "$SCRIPT_DIR/sft_synth.sh" \
     > "$OUT_DIR/sft_more.log" 2>&1
   evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval"
