@@ -90,6 +90,9 @@ def test_learning_curves_sft_plateau_and_headline(repo_root, tmp_path):
     p = lc.plateau(rows, "synth_nodemo")
     assert (p["ref_step"], p["last_step"], p["flat"]) == (800, 1200, True)
     assert lc.plateau(rows[:2], "synth_nodemo")["flat"] is False  # 10 -> 20: still rising
+    exact = [{"step": 1000, "pass1_x": 88 / 300}, {"step": 1500, "pass1_x": 94 / 300}]
+    assert lc.plateau(exact, "x")["flat"] is True  # exactly 2 points (float subtraction gives 2.0000000000000018)
+    assert lc.plateau(exact[:1] + [{"step": 1500, "pass1_x": 95 / 300}], "x")["flat"] is False
     grpo = [{"step": 0, "pass1_synth_nodemo": 0.21}, {"step": 30, "pass1_synth_nodemo": 0.35}]
     table = lc.headline({"grpo_k2": grpo}, rows, {"pass1_synth_nodemo": 0.25})
     assert "| grpo_k2 | 35.0 | +14.0 | +10.0 |" in table
