@@ -124,3 +124,72 @@ def test_sft_eval_takes_an_explicit_order_and_names_a_missing_checkpoint(repo_ro
     *_, evaluated, stages = _sft_eval(repo_root, tmp_path, SFT_EVAL_STEPS="800 200 1000 600")
     assert evaluated == [800, 200, 600]
     assert "sft_eval: no checkpoint" in stages and "global_step_1000/huggingface" in stages
+
+
+_FAKE_PYTHON = """#!/bin/bash
+# mrgrpo eval: fails once for step_1000 (as an eval that cannot start next to GRPO), else writes its summary
+if [[ "$1 $2 $3" == "-m mrgrpo eval" ]]; then
+  while [[ $# -gt 0 ]]; do [[ $1 == --out ]] && out=$2; shift; done
+  echo "eval $(basename "$out")" >> CALLS
+  if [[ "$out" == */step_1000 && ! -e "$out.failed_once" ]]; then touch "$out.failed_once"; exit 1; fi
+  mkdir -p "$out" && echo "{}" > "$out/summary.json"; exit 0
+fi
+if [[ "$1 $2" == "-m verl.trainer.main_ppo" ]]; then
+  for a in "$@"; do [[ $a == trainer.experiment_name=* ]] && echo "grpo ${a#*=}" >> CALLS; done
+  exit "${GRPO_RC:-0}"
+fi
+exit 0
+"""
+
+_FAKE_TORCHRUN = """#!/bin/bash
+for a in "$@"; do case $a in trainer.total_training_steps=*) n=${a#*=};; trainer.save_freq=*) f=${a#*=};;
+  trainer.default_local_dir=*) d=${a#*=};; esac; done
+echo "sft $n every $f" >> CALLS
+last=$(ls "$d" 2>/dev/null | sed -n 's/^global_step_//p' | sort -n | tail -1)  # resumes from its last checkpoint
+for (( s=f; s<=n; s+=f )); do (( s > ${last:-0} )) && mkdir -p "$d/global_step_$s/huggingface"; done
+"""
+
+
+def _orchestrate(repo_root, tmp_path, **env_extra):
+    """learnability.sh with fakes for the GPU, python (verl, mrgrpo eval) and torchrun."""
+    exp, out, bin_dir = tmp_path / "exp", tmp_path / "runs", tmp_path / "bin"
+    for d in ("tokenizer", "rl", "sft", "model_init", "sft_model"):
+        (exp / d).mkdir(parents=True)
+    for f in ("rl/train.parquet", "rl/val.parquet", "sft/sft_train.parquet", "model_init/config.json",
+              "sft_model/config.json"):
+        (exp / f).write_text("")
+    for step in (200, 400, 600, 800, 1000):
+        (exp / f"sft_ckpt/global_step_{step}/huggingface").mkdir(parents=True)
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.txt"
+    for name, text in (("python", _FAKE_PYTHON), ("torchrun", _FAKE_TORCHRUN),
+                       ("nvidia-smi", "#!/bin/bash\necho 'GPU 0: fake'\n")):
+        (bin_dir / name).write_text(text.replace("CALLS", str(calls)))
+        (bin_dir / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in {"STAGES", "DRY_RUN", "ROUNDS", "PROFILE", "MODEL"}}
+    env.update(STAGES="grpo,sft_more,sft_eval", EXP_DIR=str(exp), OUT_DIR=str(out), SFT_STEPS="1000",
+               SFT_MORE_STEPS="1000", SFT_MORE_SAVE_FREQ="500", PYTHON=str(bin_dir / "python"),
+               PATH=f"{bin_dir}:/usr/bin:/bin", **env_extra)
+    proc = subprocess.run(["bash", "recipe/mrgrpo/learnability.sh"], cwd=repo_root, env=env, capture_output=True,
+                          text=True, timeout=120)
+    return proc, calls.read_text().splitlines(), (out / "stages.txt").read_text(), out
+
+
+def test_parallel_runs_both_tracks_and_retries_what_failed_next_to_grpo(repo_root, tmp_path):
+    proc, calls, stages, out = _orchestrate(repo_root, tmp_path, PARALLEL="1")
+    assert proc.returncode == 0, proc.stderr + stages
+    assert "grpo grpo_k2" in calls and "sft 2000 every 500" in calls
+    evals = [c.removeprefix("eval ") for c in calls if c.startswith("eval ")]
+    # the control first (sft_more), then newest first up to 2000 but not the control's checkpoint, then the retry
+    assert evals == ["sft_more_eval", "step_1500", "step_1000", "step_800", "step_600", "step_400", "step_200",
+                     "step_1000"]
+    assert (out / "sft_eval/step_1000/summary.json").is_file() and "all done (rc=0)" in stages
+
+
+def test_a_failed_stage_fails_the_run_after_the_others_ran(repo_root, tmp_path):
+    proc, calls, stages, _ = _orchestrate(repo_root, tmp_path, GRPO_RC="1")
+    assert proc.returncode == 1
+    assert "grpo_k2 FAILED" in stages and "all done (rc=1)" in stages
+    assert "sft 2000 every 500" in calls and "eval sft_more_eval" in calls  # the SFT track still ran
+    evals = [c for c in calls if c.startswith("eval step_")]
+    assert evals[-1] == "eval step_200" and evals.count("eval step_1000") == 1  # sequential: no retry pass

@@ -1,41 +1,48 @@
 #!/usr/bin/env bash
 # The offline learnability check (docs/results/learning.md): does the recipe learn what only RL can teach?
-# One GPU, no network. Stages (STAGES, comma-separated, in this order):
+# One GPU, no network. Stages (STAGES, comma-separated; they run in this order whatever the order given):
 #   data      python -m mrgrpo.learn experiment: synthetic problems, splits, tokenizer, SFT transcripts (CPU)
 #   sft       recipe/mrgrpo/sft_synth.sh: SFT warm start with verl's SFT trainer (SFT_STEPS, an HF checkpoint every
 #             SAVE_FREQ steps)
-#   sft_eval  held-out pass@1 (greedy, `mrgrpo eval`, the training agent loop and reward) of the SFT checkpoints
-#             SFT_EVAL_STEPS (in that order; default: every one up to SFT_STEPS, newest first): the plateau curve
-#             (OUT_DIR/sft_eval/step_N/summary.json); evaluated ones are skipped
+# then two tracks that share nothing but the GPU (PARALLEL=1 runs them at once, as docs/results/learning.md did):
+#   RL track
 #   grpo      GRPO, K=ROUNDS feedback rounds, self plan, with the unchanged recipe (PROFILE=synth); held-out
 #             pass@1 (greedy, verl validation) per split before training and every TEST_FREQ steps
 #   grpo_k0   the same with K=0 (one attempt): the feedback ablation
+#   SFT track
 #   sft_more  the control: SFT continued for SFT_MORE_STEPS more steps (GRPO's training wall time divided by the
 #             SFT stage's seconds per step; checkpoints every SFT_MORE_SAVE_FREQ steps for sft_eval), then evaluated
 #             as sft_eval does (OUT_DIR/sft_more_eval)
+#   sft_eval  held-out pass@1 (greedy, `mrgrpo eval`, the training agent loop and reward) of the SFT checkpoints
+#             SFT_EVAL_STEPS (in that order; default: newest first, every one up to SFT_STEPS, and up to
+#             SFT_STEPS + SFT_MORE_STEPS when sft_more is a stage, but not sft_more's last, the control): the
+#             plateau curve (OUT_DIR/sft_eval/step_N/summary.json); evaluated ones are skipped. With PARALLEL=1 it
+#             runs once more after the RL track, for what failed to start next to GRPO
 # Each stage writes OUT_DIR/<stage>.log and, for verl runs, OUT_DIR/<stage>.jsonl (verl's `file` logger: every
-# metric of every step). python benchmarks/learning_curves.py OUT_DIR turns them into CSV and PNG.
-#
-# Stages that share nothing but the GPU may run at once as two invocations with the same EXP_DIR and OUT_DIR (e.g.
-# STAGES=grpo next to STAGES=sft_eval,sft_more); each stage appends to OUT_DIR/stages.txt.
+# metric of every step); each appends its start and end to OUT_DIR/stages.txt. python benchmarks/learning_curves.py
+# OUT_DIR turns them into CSV, PNG and the headline table. Exit status: 1 when a stage failed (after the others ran).
 # DRY_RUN=1 prints, for each GRPO stage, the launch command run_qwen3_apps.sh would run, and runs nothing.
+#
+# The run of docs/results/learning.md (its settings are the defaults; ~25 min on one H200 with PARALLEL=1):
+#   PARALLEL=1 bash recipe/mrgrpo/learnability.sh && python benchmarks/learning_curves.py OUT_DIR
 #
 # usage: [VAR=value ...] bash recipe/mrgrpo/learnability.sh [extra hydra overrides for the GRPO runs ...]
 set -euo pipefail
 
-STAGES=${STAGES:-data,sft,grpo}
+STAGES=${STAGES:-data,sft,grpo,sft_more,sft_eval}
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mrgrpo}
 EXP_DIR=${EXP_DIR:-$CACHE_DIR/learn_exp}
 OUT_DIR=${OUT_DIR:-$EXP_DIR/runs}
-SFT_STEPS=${SFT_STEPS:-600}
-SFT_MORE_STEPS=${SFT_MORE_STEPS:-300}
-SFT_MORE_SAVE_FREQ=${SFT_MORE_SAVE_FREQ:-$SFT_MORE_STEPS}
+SFT_STEPS=${SFT_STEPS:-1000}                  # the defaults are those of the run in docs/results/learning.md
+SFT_MORE_STEPS=${SFT_MORE_STEPS:-1000}
+SFT_MORE_SAVE_FREQ=${SFT_MORE_SAVE_FREQ:-500}
 SFT_EVAL_STEPS=${SFT_EVAL_STEPS:-}        # e.g. "1500 1000 600": checkpoints to evaluate, in this order
 ROUNDS=${ROUNDS:-2}
-STEPS=${STEPS:-60}
+STEPS=${STEPS:-40}
 SAVE_FREQ=${SAVE_FREQ:-200}
 SEED=${SEED:-1}
 DRY_RUN=${DRY_RUN:-0}
+PARALLEL=${PARALLEL:-0}                  # 1: the RL track and the SFT track at once on the one GPU
 PYTHON=${PYTHON:-python3}
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -78,43 +85,67 @@ if [[ "$DRY_RUN" == 1 ]]; then
 fi
 if has data; then
   stamp "data start"
-  "$PYTHON" -m mrgrpo.learn experiment --out "$EXP_DIR" > "$OUT_DIR/data.log" 2>&1
+  "$PYTHON" -m mrgrpo.learn experiment --out "$EXP_DIR" > "$OUT_DIR/data.log" 2>&1 \
+    || { stamp "data FAILED (see $OUT_DIR/data.log)"; exit 1; }
   stamp "data done"
 fi
 if has sft; then
   stamp "sft start"
   EXP_DIR="$EXP_DIR" SFT_STEPS="$SFT_STEPS" SAVE_FREQ="$SAVE_FREQ" SEED="$SEED" PYTHON="$PYTHON" \
-    bash "$SCRIPT_DIR/sft_synth.sh" > "$OUT_DIR/sft.log" 2>&1
+    bash "$SCRIPT_DIR/sft_synth.sh" > "$OUT_DIR/sft.log" 2>&1 || { stamp "sft FAILED (see $OUT_DIR/sft.log)"; exit 1; }
   stamp "sft done"
 fi
-if has sft_eval; then
+sft_eval_stage() {
   stamp "sft_eval start"
   mkdir -p "$OUT_DIR/sft_eval"
-  if [[ -z "$SFT_EVAL_STEPS" ]]; then
-    for ckpt in $(ls -d "$EXP_DIR"/sft_ckpt/global_step_*/huggingface | sort -Vr); do
+  local steps=$SFT_EVAL_STEPS step ckpt last=$SFT_STEPS failed=0
+  if [[ -z "$steps" ]]; then
+    if has sft_more; then last=$(( SFT_STEPS + SFT_MORE_STEPS )); fi
+    for ckpt in $(ls -d "$EXP_DIR"/sft_ckpt/global_step_*/huggingface 2>/dev/null | sort -Vr); do
       step=$(basename "$(dirname "$ckpt")"); step=${step#global_step_}
-      (( step <= SFT_STEPS )) && SFT_EVAL_STEPS+="$step "
+      if (( step > last )); then continue; fi
+      # sft_more's last checkpoint is the control, evaluated as OUT_DIR/sft_more_eval
+      if (( step == SFT_STEPS + SFT_MORE_STEPS )) && has sft_more; then continue; fi
+      steps+="$step "
     done
   fi
-  for step in $SFT_EVAL_STEPS; do
+  for step in $steps; do
     ckpt=$EXP_DIR/sft_ckpt/global_step_$step/huggingface
-    [[ -d "$ckpt" ]] || { stamp "sft_eval: no checkpoint $ckpt"; continue; }
-    evaluate "$ckpt" "$OUT_DIR/sft_eval/step_$step" || true
+    if [[ ! -d "$ckpt" ]]; then stamp "sft_eval: no checkpoint $ckpt"; continue; fi
+    evaluate "$ckpt" "$OUT_DIR/sft_eval/step_$step" || failed=1
   done
   stamp "sft_eval done"
-fi
-if has grpo; then
-  grpo "grpo_k$ROUNDS" "$ROUNDS" "$EXP_DIR/sft_model" "$@"
-fi
-if has grpo_k0; then
-  grpo grpo_k0 0 "$EXP_DIR/sft_model" "$@"
-fi
-if has sft_more; then
+  return "$failed"
+}
+
+sft_more_stage() {
   stamp "sft_more start"
   EXP_DIR="$EXP_DIR" SFT_STEPS=$(( SFT_STEPS + SFT_MORE_STEPS )) SAVE_FREQ="$SFT_MORE_SAVE_FREQ" \
     SFT_MODEL="$EXP_DIR/sft_more_model" SEED="$SEED" PYTHON="$PYTHON" bash "$SCRIPT_DIR/sft_synth.sh" \
-    > "$OUT_DIR/sft_more.log" 2>&1
-  evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval"
+    > "$OUT_DIR/sft_more.log" 2>&1 || { stamp "sft_more FAILED (see $OUT_DIR/sft_more.log)"; return 1; }
+  evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval" || return 1
   stamp "sft_more done"
+}
+
+rl_track() {
+  local rc=0
+  if has grpo; then grpo "grpo_k$ROUNDS" "$ROUNDS" "$EXP_DIR/sft_model" "$@" || rc=1; fi
+  if has grpo_k0; then grpo grpo_k0 0 "$EXP_DIR/sft_model" "$@" || rc=1; fi
+  return "$rc"
+}
+
+rc=0
+if [[ "$PARALLEL" == 1 ]]; then
+  rl_track "$@" &
+  rl_pid=$!
+  if has sft_more; then sft_more_stage || rc=1; fi
+  if has sft_eval; then sft_eval_stage || true; fi  # what fails to start next to GRPO runs again below
+  wait "$rl_pid" || rc=1
+  if has sft_eval; then sft_eval_stage || rc=1; fi
+else
+  rl_track "$@" || rc=1
+  if has sft_more; then sft_more_stage || rc=1; fi
+  if has sft_eval; then sft_eval_stage || rc=1; fi
 fi
-stamp "all done"
+stamp "all done (rc=$rc)"
+exit "$rc"
