@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
+
+# The Ctrl-C tests send SIGINT to CLI subprocesses. A shell starts background jobs with SIGINT ignored, and an ignored
+# signal stays ignored across exec (Python then installs no KeyboardInterrupt handler): restore it for the children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The agent loop's shared fakes and checks assert; show the values when they fail.
 pytest.register_assert_rewrite("mrgrpo.testing.loop_fakes")
