@@ -61,6 +61,21 @@ def test_grpo_stages_compose_validate_and_carry_the_seed_and_rounds(repo_root, t
         validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
 
 
+def test_runs_side_by_side_get_their_own_names_and_logs(repo_root, tmp_path):
+    """Another seed or a RUN_TAG names the run (verl experiment, OUT_DIR/<name>.jsonl), so runs launched side by side
+    on one GPU (the K=0 ablation, a second seed, another estimator) never write into each other."""
+    names = {}
+    for env in ({"SEED": "1"}, {"SEED": "2"}, {"SEED": "1", "RUN_TAG": "_attempt"}):
+        lines = _run(repo_root, "recipe/mrgrpo/learnability.sh", "algorithm.adv_estimator=mrgrpo_attempt",
+                     STAGES="grpo,grpo_k0", EXP_DIR=str(tmp_path / "exp"), OUT_DIR=str(tmp_path / "runs"), **env)
+        cfgs = [_grpo_cfg(argv) for argv in lines]
+        for cfg in cfgs:
+            assert cfg.algorithm.adv_estimator == "mrgrpo_attempt"  # extra overrides reach every GRPO run
+        names[tuple(env.values())] = [c.trainer.experiment_name for c in cfgs]
+    assert names == {("1",): ["grpo_k2", "grpo_k0"], ("2",): ["grpo_k2_s2", "grpo_k0_s2"],
+                     ("1", "_attempt"): ["grpo_k2_attempt", "grpo_k0_attempt"]}
+
+
 def test_sft_composes_with_verl_and_tests_only_with_validation_files(repo_root, tmp_path):
     exp = tmp_path / "exp"
     (argv,) = _run(repo_root, "recipe/mrgrpo/sft_synth.sh", EXP_DIR=str(exp), SAVE_FREQ="250", SFT_STEPS="900")

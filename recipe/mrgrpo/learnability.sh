@@ -53,6 +53,10 @@ has() { [[ ",$STAGES," == *",$1,"* ]]; }
 stamp() { echo "== $1 $(date +%T)" | tee -a "$OUT_DIR/stages.txt"; }
 # The RL seed: data order, the actor's init and the rollout's sampling (verl 0.9.1 has no trainer.seed).
 SEEDS=(data.seed="$SEED" actor_rollout_ref.actor.fsdp_config.seed="$SEED" actor_rollout_ref.rollout.seed="$SEED")
+# GRPO run names (OUT_DIR/<name>.jsonl, verl's experiment name): grpo_k2, grpo_k0, plus _s<SEED> for another seed and
+# RUN_TAG (e.g. RUN_TAG=_attempt with algorithm.adv_estimator=mrgrpo_attempt), so that runs side by side never clash.
+TAG=${RUN_TAG:-}
+[[ "$SEED" == 1 ]] || TAG="_s$SEED$TAG"
 
 grpo() {  # grpo NAME ROUNDS MODEL [overrides...]
   local name=$1 rounds=$2 model=$3; shift 3
@@ -79,8 +83,8 @@ evaluate() {  # evaluate MODEL_DIR OUT: greedy pass@1 per split with the trainin
 }
 
 if [[ "$DRY_RUN" == 1 ]]; then
-  has grpo && grpo "grpo_k$ROUNDS" "$ROUNDS" "$EXP_DIR/sft_model" "$@"
-  has grpo_k0 && grpo grpo_k0 0 "$EXP_DIR/sft_model" "$@"
+  has grpo && grpo "grpo_k$ROUNDS$TAG" "$ROUNDS" "$EXP_DIR/sft_model" "$@"
+  has grpo_k0 && grpo "grpo_k0$TAG" 0 "$EXP_DIR/sft_model" "$@"
   exit 0
 fi
 if has data; then
@@ -129,8 +133,8 @@ sft_more_stage() {
 
 rl_track() {
   local rc=0
-  if has grpo; then grpo "grpo_k$ROUNDS" "$ROUNDS" "$EXP_DIR/sft_model" "$@" || rc=1; fi
-  if has grpo_k0; then grpo grpo_k0 0 "$EXP_DIR/sft_model" "$@" || rc=1; fi
+  if has grpo; then grpo "grpo_k$ROUNDS$TAG" "$ROUNDS" "$EXP_DIR/sft_model" "$@" || rc=1; fi
+  if has grpo_k0; then grpo "grpo_k0$TAG" 0 "$EXP_DIR/sft_model" "$@" || rc=1; fi
   return "$rc"
 }
 
