@@ -208,3 +208,17 @@ def test_a_failed_stage_fails_the_run_after_the_others_ran(repo_root, tmp_path):
     assert "sft 2000 every 500" in calls and "eval sft_more_eval" in calls  # the SFT track still ran
     evals = [c for c in calls if c.startswith("eval step_")]
     assert evals[-1] == "eval step_200" and evals.count("eval step_1000") == 1  # sequential: no retry pass
+
+
+def test_help_prints_the_stages_and_every_knob_and_runs_nothing(repo_root, tmp_path):
+    for script, knobs in (("recipe/mrgrpo/learnability.sh", ("STAGES=", "PARALLEL=", "RUN_TAG=", "PYTHON=")),
+                          ("recipe/mrgrpo/sft_synth.sh", ("EXP_DIR=", "SFT_STEPS=", "SFT_LR=", "PYTHON="))):
+        for flag in ("--help", "-h"):
+            proc = subprocess.run(["bash", script, flag], cwd=repo_root, capture_output=True, text=True, timeout=30,
+                                  env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+            assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+            assert proc.stdout.splitlines()[0].startswith(("The offline learnability check", "SFT warm start"))
+            assert "usage: [VAR=value ...] bash " + script in proc.stdout
+            for knob in knobs:
+                assert f"\n{knob}${{" in proc.stdout, (script, knob)
+    assert not (tmp_path / ".cache").exists()

@@ -22,12 +22,20 @@
 # metric of every step); each appends its start and end to OUT_DIR/stages.txt. python benchmarks/learning_curves.py
 # OUT_DIR turns them into CSV, PNG and the headline table. Exit status: 1 when a stage failed (after the others ran).
 # DRY_RUN=1 prints, for each GRPO stage, the launch command run_qwen3_apps.sh would run, and runs nothing.
+# run_qwen3_apps.sh's own knobs (GPU_MEM_UTIL, BATCH_SIZE, LR, ...) pass through to the GRPO runs.
 #
 # The run of docs/results/learning.md (its settings are the defaults; ~25 min on one H200 with PARALLEL=1):
 #   PARALLEL=1 bash recipe/mrgrpo/learnability.sh && python benchmarks/learning_curves.py OUT_DIR
 #
 # usage: [VAR=value ...] bash recipe/mrgrpo/learnability.sh [extra hydra overrides for the GRPO runs ...]
 set -euo pipefail
+if [[ "${1:-}" == --help || "${1:-}" == -h ]]; then  # the comment above, then the knobs with their defaults
+  sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+  echo
+  echo "knobs (environment variables; NAME=\${NAME:-default}):"
+  sed -n '/^STAGES=/,/^PYTHON=/p' "${BASH_SOURCE[0]}"
+  exit 0
+fi
 
 STAGES=${STAGES:-data,sft,grpo,sft_more,sft_eval}
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mrgrpo}
@@ -43,6 +51,7 @@ SAVE_FREQ=${SAVE_FREQ:-200}
 SEED=${SEED:-1}
 DRY_RUN=${DRY_RUN:-0}
 PARALLEL=${PARALLEL:-0}                  # 1: the RL track and the SFT track at once on the one GPU
+RUN_TAG=${RUN_TAG:-}                     # appended to the GRPO run names (e.g. _attempt), see below
 PYTHON=${PYTHON:-python3}
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -55,7 +64,7 @@ stamp() { echo "== $1 $(date +%T)" | tee -a "$OUT_DIR/stages.txt"; }
 SEEDS=(data.seed="$SEED" actor_rollout_ref.actor.fsdp_config.seed="$SEED" actor_rollout_ref.rollout.seed="$SEED")
 # GRPO run names (OUT_DIR/<name>.jsonl, verl's experiment name): grpo_k2, grpo_k0, plus _s<SEED> for another seed and
 # RUN_TAG (e.g. RUN_TAG=_attempt with algorithm.adv_estimator=mrgrpo_attempt), so that runs side by side never clash.
-TAG=${RUN_TAG:-}
+TAG=$RUN_TAG
 [[ "$SEED" == 1 ]] || TAG="_s$SEED$TAG"
 
 grpo() {  # grpo NAME ROUNDS MODEL [overrides...]

@@ -8,6 +8,13 @@
 # Builds what is missing under EXP_DIR (data: python -m mrgrpo.learn experiment; model_init: mrgrpo.learn model),
 # resumes an interrupted run (trainer.resume_mode=auto), and copies the last HF checkpoint to SFT_MODEL.
 set -euo pipefail
+if [[ "${1:-}" == --help || "${1:-}" == -h ]]; then  # the comment above, then the knobs with their defaults
+  sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+  echo
+  echo "knobs (environment variables; NAME=\${NAME:-default}):"
+  sed -n '/^CACHE_DIR=/,/^PYTHON=/p' "${BASH_SOURCE[0]}"
+  exit 0
+fi
 
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mrgrpo}
 EXP_DIR=${EXP_DIR:-$CACHE_DIR/learn_exp}
