@@ -153,6 +153,20 @@ def _proc_cpu(pid: int) -> float:
     return total + sum(_proc_cpu(c) for c in children)
 
 
+def _tree_self_cpu(pid: int) -> float:
+    """CPU seconds of a live process and its live descendants, each counting only itself (utime+stime): the
+    processes they have already reaped (a zygote's test processes) are left out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            total = sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13]) / tick
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        return 0.0
+    return total + sum(_tree_self_cpu(c) for c in children)
+
+
 def _own_cpu() -> float:
     import resource
 
@@ -221,10 +235,18 @@ def overhead(workers: int, serial: bool = True) -> list[tuple[str, str]]:
     if serial:
         shutdown()
         run(job)
+        import resource
+
+        def parent_cpu() -> float:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            return usage.ru_utime + usage.ru_stime
+
         cpu0 = _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
+        parent0, sandbox0 = parent_cpu(), sum(_tree_self_cpu(c) for c in _live_children())
         start = time.perf_counter()
         result = run(job)
         wall = time.perf_counter() - start
+        parent, sandbox = parent_cpu() - parent0, sum(_tree_self_cpu(c) for c in _live_children()) - sandbox0
         shutdown()
         cpu = _own_cpu() - cpu0
         program = sum(t.time_s for t in result.tests)
@@ -232,6 +254,8 @@ def overhead(workers: int, serial: bool = True) -> list[tuple[str, str]]:
                      f"{wall / n * 1e3:.2f} ms"))
         rows.append(("same, CPU per test of all processes / of which the program itself",
                      f"{cpu / n * 1e3:.2f} ms / {program / n * 1e3:.2f} ms"))
+        rows.append(("same, CPU per test of the judging process / the sandbox's own processes (launcher, zygote)",
+                     f"{parent / n * 1e3:.2f} ms / {sandbox / n * 1e3:.2f} ms"))
     jobs = [Job(code="print(input())", inputs=["x"] * 20, outputs=["x"] * 20) for _ in range(40 * workers)]
     run_batch(jobs[:workers], workers=workers)
     start = time.perf_counter()
