@@ -91,10 +91,16 @@ evaluate() {  # evaluate MODEL_DIR OUT: greedy pass@1 per split with the trainin
     --seed "$SEED" --quiet > "$out.log" 2>&1 || { stamp "eval of $model FAILED (see $out.log)"; return 1; }
 }
 
-if [[ "$DRY_RUN" == 1 ]]; then
-  has grpo && grpo "grpo_k$ROUNDS$TAG" "$ROUNDS" "$EXP_DIR/sft_model" "$@"
-  has grpo_k0 && grpo "grpo_k0$TAG" 0 "$EXP_DIR/sft_model" "$@"
-  exit 0
+rl_track() {
+  local rc=0
+  if has grpo; then grpo "grpo_k$ROUNDS$TAG" "$ROUNDS" "$EXP_DIR/sft_model" "$@" || rc=1; fi
+  if has grpo_k0; then grpo "grpo_k0$TAG" 0 "$EXP_DIR/sft_model" "$@" || rc=1; fi
+  return "$rc"
+}
+
+if [[ "$DRY_RUN" == 1 ]]; then  # grpo() prints each launch instead of running it
+  rl_track "$@"
+  exit
 fi
 if has data; then
   stamp "data start"
@@ -138,13 +144,6 @@ sft_more_stage() {
     > "$OUT_DIR/sft_more.log" 2>&1 || { stamp "sft_more FAILED (see $OUT_DIR/sft_more.log)"; return 1; }
   evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval" || return 1
   stamp "sft_more done"
-}
-
-rl_track() {
-  local rc=0
-  if has grpo; then grpo "grpo_k$ROUNDS$TAG" "$ROUNDS" "$EXP_DIR/sft_model" "$@" || rc=1; fi
-  if has grpo_k0; then grpo "grpo_k0$TAG" 0 "$EXP_DIR/sft_model" "$@" || rc=1; fi
-  return "$rc"
 }
 
 rc=0
