@@ -81,8 +81,16 @@ def plot(runs: dict[str, list[dict]], path: Path, sft_rows: list[dict] = ()) -> 
               ("attempts / trajectory", ["attempts"]), ("fix rate (train)", ["fix_rate"]),
               ("model tokens / trajectory", ["model_tokens"]), ("step time (s)", ["step_time_s"])]
     fig, axes = plt.subplots(2, 4, figsize=(20, 8))
-    sft_ax, blank = axes.flat[-2:]
-    blank.axis("off")
+    sft_ax, nodemo_ax = axes.flat[-2:]
+    for name, rows in runs.items():  # the split only RL can learn, one line per run
+        pts = [(r["step"], r["pass1_synth_nodemo"]) for r in rows if "pass1_synth_nodemo" in r]
+        if pts:
+            nodemo_ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=name)
+    nodemo_ax.set_title("held-out pass@1, no-demonstration split")
+    nodemo_ax.set_xlabel("step")
+    nodemo_ax.grid(alpha=0.3)
+    if nodemo_ax.get_legend_handles_labels()[0]:
+        nodemo_ax.legend(fontsize=7)
     for split in SPLITS:  # the SFT warm start's plateau curve: held-out pass@1 of its checkpoints
         pts = [(r["step"], r[f"pass1_{split}"]) for r in sft_rows if f"pass1_{split}" in r]
         if pts:
@@ -92,6 +100,8 @@ def plot(runs: dict[str, list[dict]], path: Path, sft_rows: list[dict] = ()) -> 
     sft_ax.grid(alpha=0.3)
     if sft_rows:
         sft_ax.legend(fontsize=7)
+    else:
+        sft_ax.axis("off")
     for ax, (title, cols) in zip(list(axes.flat)[:-2], panels, strict=True):
         for name, rows in runs.items():
             for col in cols:

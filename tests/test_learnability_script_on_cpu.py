@@ -144,13 +144,18 @@ def test_sft_eval_takes_an_explicit_order_and_names_a_missing_checkpoint(repo_ro
 _FAKE_PYTHON = """#!/bin/bash
 # mrgrpo eval: fails once for step_1000 (as an eval that cannot start next to GRPO), else writes its summary
 if [[ "$1 $2 $3" == "-m mrgrpo eval" ]]; then
-  while [[ $# -gt 0 ]]; do [[ $1 == --out ]] && out=$2; shift; done
+  while [[ $# -gt 0 ]]; do [[ $1 == --out ]] && out=$2; [[ $1 == --gpu-memory-utilization ]] && mem=$2; shift; done
   echo "eval $(basename "$out")" >> CALLS
+  echo "evalmem $mem" >> CALLS
   if [[ "$out" == */step_1000 && ! -e "$out.failed_once" ]]; then touch "$out.failed_once"; exit 1; fi
+  if [[ "$out" == */sft_more_eval && -n "$FAIL_CONTROL_ONCE" && ! -e "$out.failed_once" ]]; then
+    touch "$out.failed_once"; exit 1
+  fi
   mkdir -p "$out" && echo "{}" > "$out/summary.json"; exit 0
 fi
 if [[ "$1 $2" == "-m verl.trainer.main_ppo" ]]; then
   for a in "$@"; do [[ $a == trainer.experiment_name=* ]] && echo "grpo ${a#*=}" >> CALLS; done
+  for a in "$@"; do [[ $a == *.rollout.gpu_memory_utilization=* ]] && echo "grpomem ${a#*=}" >> CALLS; done
   exit "${GRPO_RC:-0}"
 fi
 exit 0
@@ -187,7 +192,9 @@ def _orchestrate(repo_root, tmp_path, **env_extra):
                PATH=f"{bin_dir}:/usr/bin:/bin", **env_extra)
     proc = subprocess.run(["bash", "recipe/mrgrpo/learnability.sh"], cwd=repo_root, env=env, capture_output=True,
                           text=True, timeout=120)
-    return proc, calls.read_text().splitlines(), (out / "stages.txt").read_text(), out
+    stages = out / "stages.txt"
+    return (proc, calls.read_text().splitlines() if calls.exists() else [],
+            stages.read_text() if stages.exists() else "", out)
 
 
 def test_parallel_runs_both_tracks_and_retries_what_failed_next_to_grpo(repo_root, tmp_path):
@@ -199,6 +206,34 @@ def test_parallel_runs_both_tracks_and_retries_what_failed_next_to_grpo(repo_roo
     assert evals == ["sft_more_eval", "step_1500", "step_1000", "step_800", "step_600", "step_400", "step_200",
                      "step_1000"]
     assert (out / "sft_eval/step_1000/summary.json").is_file() and "all done (rc=0)" in stages
+
+
+def test_parallel_gives_evaluations_a_larger_gpu_share_than_grpo(repo_root, tmp_path):
+    """A vLLM engine that starts next to a GRPO run counts the KV cache GRPO frees and takes back every step as its
+    own use: side by side, the evaluations get a larger share than GRPO (0.3 vs 0.2 unless set), alone 0.15."""
+    _, calls, _, _ = _orchestrate(repo_root, tmp_path, PARALLEL="1")
+    assert {c for c in calls if c.startswith(("grpomem", "evalmem"))} == {"grpomem 0.2", "evalmem 0.3"}
+    _, calls, _, _ = _orchestrate(repo_root, tmp_path / "seq")
+    assert {c for c in calls if c.startswith("evalmem")} == {"evalmem 0.15"}
+    _, calls, _, _ = _orchestrate(repo_root, tmp_path / "set", PARALLEL="1", GPU_MEM_UTIL="0.25", EVAL_GPU_MEM="0.4")
+    assert {c for c in calls if c.startswith(("grpomem", "evalmem"))} == {"grpomem 0.25", "evalmem 0.4"}
+
+
+def test_parallel_refuses_an_evaluation_share_that_cannot_start_next_to_grpo(repo_root, tmp_path):
+    for mem in ({"EVAL_GPU_MEM": "0.2"}, {"GPU_MEM_UTIL": "0.4", "EVAL_GPU_MEM": "0.3"},
+                {"GPU_MEM_UTIL": "0.4", "EVAL_GPU_MEM": "0.6"}):
+        proc, calls, stages, _ = _orchestrate(repo_root, tmp_path / "_".join(mem.values()), PARALLEL="1", **mem)
+        assert proc.returncode == 2 and "EVAL_GPU_MEM" in proc.stderr, mem
+        assert calls == [] and "start" not in stages  # refused before anything ran
+
+
+def test_parallel_evaluates_the_control_again_when_it_failed_next_to_grpo(repo_root, tmp_path):
+    proc, calls, stages, out = _orchestrate(repo_root, tmp_path, PARALLEL="1", FAIL_CONTROL_ONCE="1")
+    assert proc.returncode == 0, proc.stderr + stages
+    evals = [c.removeprefix("eval ") for c in calls if c.startswith("eval ")]
+    assert evals[0] == "sft_more_eval" and evals.count("sft_more_eval") == 2
+    assert evals.index("sft_more_eval", 1) > evals.index("step_200")  # after the RL track, not in a loop
+    assert (out / "sft_more_eval/summary.json").is_file() and "sft_more done" in stages
 
 
 def test_a_failed_stage_fails_the_run_after_the_others_ran(repo_root, tmp_path):

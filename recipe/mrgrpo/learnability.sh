@@ -12,7 +12,7 @@
 #   SFT track
 #   sft_more  the control: SFT continued for SFT_MORE_STEPS more steps (GRPO's training wall time divided by the
 #             SFT stage's seconds per step; checkpoints every SFT_MORE_SAVE_FREQ steps for sft_eval), then evaluated
-#             as sft_eval does (OUT_DIR/sft_more_eval)
+#             as sft_eval does (OUT_DIR/sft_more_eval; with PARALLEL=1 again after the RL track if that failed)
 #   sft_eval  held-out pass@1 (greedy, `mrgrpo eval`, the training agent loop and reward) of the SFT checkpoints
 #             SFT_EVAL_STEPS (in that order; default: newest first, every one up to SFT_STEPS, and up to
 #             SFT_STEPS + SFT_MORE_STEPS when sft_more is a stage, but not sft_more's last, the control): the
@@ -52,6 +52,11 @@ SEED=${SEED:-1}
 DRY_RUN=${DRY_RUN:-0}
 PARALLEL=${PARALLEL:-0}                  # 1: the RL track and the SFT track at once on the one GPU
 RUN_TAG=${RUN_TAG:-}                     # appended to the GRPO run names (e.g. _attempt), see below
+# vLLM's share of the GPU for the evaluations (`mrgrpo eval`); default 0.15, or 0.3 with PARALLEL=1, where the GRPO
+# runs' share (GPU_MEM_UTIL) defaults to 0.2 and must be below it: an engine that starts next to a GRPO run counts
+# the KV cache GRPO frees and takes back every step (sleep/wake) as its own use, and with a smaller share it has
+# "No available memory for the cache blocks" (seen 2026-12-01: 0.1 next to 0.25 failed, 0.4 next to 0.25 started)
+EVAL_GPU_MEM=${EVAL_GPU_MEM:-}
 PYTHON=${PYTHON:-python3}
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -87,7 +92,7 @@ evaluate() {  # evaluate MODEL_DIR OUT: greedy pass@1 per split with the trainin
   cp -n "$EXP_DIR"/tokenizer/* "$model"/ 2>/dev/null || true
   "$PYTHON" -m mrgrpo eval --model "$model" --data "$EXP_DIR/rl/val.parquet" --out "$out" --n 1 --k 1 \
     --temperature 0 --rounds "$ROUNDS" --max-prompt-length 768 --max-response-length 1024 \
-    --reward-kwargs '{"time_s": 1, "wall_s": 2}' --gpu-memory-utilization "${EVAL_GPU_MEM:-0.15}" --enforce-eager \
+    --reward-kwargs '{"time_s": 1, "wall_s": 2}' --gpu-memory-utilization "$EVAL_GPU_MEM" --enforce-eager \
     --seed "$SEED" --quiet > "$out.log" 2>&1 || { stamp "eval of $model FAILED (see $out.log)"; return 1; }
 }
 
@@ -137,24 +142,37 @@ sft_eval_stage() {
   return "$failed"
 }
 
-sft_more_stage() {
+sft_more_stage() {  # returns 1 when training failed, 2 when only its evaluation did
   stamp "sft_more start"
   EXP_DIR="$EXP_DIR" SFT_STEPS=$(( SFT_STEPS + SFT_MORE_STEPS )) SAVE_FREQ="$SFT_MORE_SAVE_FREQ" \
     SFT_MODEL="$EXP_DIR/sft_more_model" SEED="$SEED" PYTHON="$PYTHON" bash "$SCRIPT_DIR/sft_synth.sh" \
     > "$OUT_DIR/sft_more.log" 2>&1 || { stamp "sft_more FAILED (see $OUT_DIR/sft_more.log)"; return 1; }
-  evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval" || return 1
+  evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval" || return 2
   stamp "sft_more done"
 }
 
 rc=0
 if [[ "$PARALLEL" == 1 ]]; then
+  export GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.2}
+  EVAL_GPU_MEM=${EVAL_GPU_MEM:-0.3}
+  if ! awk -v e="$EVAL_GPU_MEM" -v g="$GPU_MEM_UTIL" 'BEGIN { exit !(e > g && e + g < 0.9) }'; then
+    echo "learnability.sh: with PARALLEL=1, EVAL_GPU_MEM ($EVAL_GPU_MEM) must be above GPU_MEM_UTIL ($GPU_MEM_UTIL)," \
+      "the GRPO runs' share, and the two below 0.9 together: see EVAL_GPU_MEM in --help" >&2
+    exit 2
+  fi
   rl_track "$@" &
   rl_pid=$!
-  if has sft_more; then sft_more_stage || rc=1; fi
+  more_rc=0
+  if has sft_more; then sft_more_stage || more_rc=$?; fi
   if has sft_eval; then sft_eval_stage || true; fi  # what fails to start next to GRPO runs again below
   wait "$rl_pid" || rc=1
+  if (( more_rc == 2 )); then  # the control trained but its evaluation failed next to GRPO: again, alone
+    if evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval"; then more_rc=0; stamp "sft_more done"; fi
+  fi
+  (( more_rc == 0 )) || rc=1
   if has sft_eval; then sft_eval_stage || rc=1; fi
 else
+  EVAL_GPU_MEM=${EVAL_GPU_MEM:-0.15}
   rl_track "$@" || rc=1
   if has sft_more; then sft_more_stage || rc=1; fi
   if has sft_eval; then sft_eval_stage || rc=1; fi
