@@ -106,11 +106,12 @@ def _check_no_leaks(n_jobs: int) -> None:
     uids = [slot.uid for slot in pool._slots if slot.uid is not None]
     assert len(uids) == len(set(uids))  # every slot its own uid
     cgroup_dirs = [d for slot in pool._slots if slot.cgroup is not None for d in slot.cgroup.dirs]
+    cgroup_dirs += [slot.cgroup.auto_parent for slot in pool._slots if slot.cgroup and slot.cgroup.auto_parent]
     shutdown()
     assert _sysv_objects() <= sysv_before  # nothing created in the host's IPC namespace
     assert _key_users() <= keys_before  # no sandbox uid owns a kernel key
     assert _processes_of(set(uids)) == []  # no process left under our slots' uids
-    assert not [d for d in cgroup_dirs if os.path.exists(d)]  # slot cgroups removed
+    assert not [d for d in cgroup_dirs if os.path.exists(d)]  # slot cgroups (and a parent we made) removed
     assert _children() == children_before
     assert _open_fds() <= fds_before  # no descriptor the sandbox opened is still open
     assert not os.path.exists(base_dir)  # slot directories (tmpfs mount points) and test directories are gone

@@ -324,10 +324,98 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
+def _read_words(path: str) -> list[str]:
+    try:
+        with open(path) as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
+def _memory_for_children(d: str) -> bool:
+    """Whether cgroup v2 directory `d` gives its children the memory controller, enabling it when it may (only a
+    cgroup without processes of its own can)."""
+    if "memory" in _read_words(os.path.join(d, "cgroup.subtree_control")):
+        return True
+    if "memory" not in _read_words(os.path.join(d, "cgroup.controllers")):
+        return False
+    try:
+        _write(os.path.join(d, "cgroup.subtree_control"), "+memory")
+    except OSError:
+        return False
+    return True
+
+
+def nearest_memory_ancestor(mount: str, own_dir: str) -> str | None:
+    """The nearest proper ancestor of cgroup v2 directory `own_dir`, inside the hierarchy mounted at `mount`,
+    that already gives its children the memory controller: a sibling made there gets a memory controller that
+    our own cgroup, which holds processes, cannot give (e.g. `/process_api` for `/process_api/<id>`, a Slurm
+    step's `user/` for its `task_0`). None when `own_dir` is the mount's root or no ancestor does."""
+    mount, d = os.path.normpath(mount), os.path.normpath(own_dir)
+    while d != mount and d.startswith(mount + os.sep):
+        d = os.path.dirname(d)
+        if "memory" in _read_words(os.path.join(d, "cgroup.subtree_control")):
+            return d
+    return None
+
+
+def _remove_stale_parents(ancestor: str) -> None:
+    """rmdir the empty `mrgrpo-sandbox-<pid>` parents (and their empty slot cgroups) of processes that are gone."""
+    try:
+        names = [n for n in os.listdir(ancestor) if n.startswith(_AUTO_PARENT_PREFIX)]
+    except OSError:
+        return
+    for n in names:
+        pid = n[len(_AUTO_PARENT_PREFIX):]
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        d = os.path.join(ancestor, n)
+        try:
+            for child in os.listdir(d):
+                if os.path.isdir(os.path.join(d, child)):
+                    os.rmdir(os.path.join(d, child))  # fails, and keeps it, while a process is in it
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+_AUTO_PARENT_PREFIX = "mrgrpo-sandbox-"
+
+
+def auto_memory_parent(mount: str, own_dir: str) -> str | None:
+    """Make (or reuse) `mrgrpo-sandbox-<pid>` under the nearest ancestor that gives its children the memory
+    controller, and give it to its own children: the parent of this process's slot cgroups when its own cgroup
+    cannot be one. None, leaving nothing behind, when there is no such ancestor or we may not write there."""
+    ancestor = nearest_memory_ancestor(mount, own_dir)
+    if ancestor is None:
+        return None
+    _remove_stale_parents(ancestor)
+    d = os.path.join(ancestor, f"{_AUTO_PARENT_PREFIX}{os.getpid()}")
+    made = False
+    try:
+        os.mkdir(d)
+        made = True
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    if _memory_for_children(d):
+        return d
+    if made:
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+    return None
+
+
 class SlotCgroup:
     """The cgroup(s) of one sandbox slot: CPU accounting (v2 `cpu.stat` or v1 `cpuacct`) and a memory limit
-    (v2 `memory.max` or v1 `memory.limit_in_bytes`), created under this process's own cgroups (v2: or under
-    `v2_parent`, a cgroup prepared so that it may enable the memory controller for its children).
+    (v2 `memory.max` or v1 `memory.limit_in_bytes`), created under this process's own cgroups. On v2 the parent
+    is `v2_parent` when given (a cgroup prepared for us), else our own cgroup when it can give its children the
+    memory controller, else `mrgrpo-sandbox-<pid>` made next to it under the nearest ancestor that gives its
+    children that controller (`auto_memory_parent`; removed with the last slot), else our own cgroup (CPU
+    accounting only).
 
     Only test processes join it (the zygote stays outside), so its counters between two reads are exactly what
     the processes of one test used, including children still alive when the test's PID 1 exited.
@@ -339,23 +427,24 @@ class SlotCgroup:
         self.cpu: tuple[str, str] | None = None  # (file, "v2" | "v1")
         self.mem: tuple[str, str] | None = None  # (directory, "v2" | "v1")
         self.errors: list[str] = []
+        self.auto_parent: str | None = None  # our mrgrpo-sandbox-<pid>, shared by this process's slots
         v2, v1 = _cgroup_mounts()
         own = _own_cgroups()
         v2_dir = None
         if v2 and ("" in own or v2_parent) and "cgroup_v2" not in disable:
             # cgroup v2 enables a controller for children only in a cgroup without processes of its own; ours
-            # usually has some, so memory limits need a parent prepared for us (MRGRPO_SANDBOX_CGROUP_PARENT).
-            base = v2_parent or _under(v2, "/", own[""])
+            # usually has some, so the memory limit needs a parent prepared for us (MRGRPO_SANDBOX_CGROUP_PARENT)
+            # or one we make next to our cgroup where an ancestor already delegates memory.
+            own_dir = _under(v2, "/", own[""]) if "" in own else None
+            base = v2_parent or own_dir
+            if not v2_parent and own_dir and not _memory_for_children(own_dir) and "cgroup_auto_parent" not in disable:
+                self.auto_parent = auto_memory_parent(v2, own_dir)
+                base = self.auto_parent or own_dir
             try:
                 v2_dir = self._make(base, name)
                 self.cpu = (os.path.join(v2_dir, "cpu.stat"), "v2")
-                if "memory" in self._controllers(base):
-                    try:
-                        _write(os.path.join(base, "cgroup.subtree_control"), "+memory")
-                    except OSError:
-                        pass
-                    if os.path.exists(os.path.join(v2_dir, "memory.max")):
-                        self.mem = (v2_dir, "v2")
+                if _memory_for_children(base) and os.path.exists(os.path.join(v2_dir, "memory.max")):
+                    self.mem = (v2_dir, "v2")
             except OSError as exc:
                 self.errors.append(f"cgroup v2: {exc}")
         if "cgroup_v1" not in disable:
@@ -374,14 +463,6 @@ class SlotCgroup:
                     self.cpu = (os.path.join(d, "cpuacct.usage"), "v1")
                 else:
                     self.mem = (d, "v1")
-
-    @staticmethod
-    def _controllers(base: str) -> list[str]:
-        try:
-            with open(os.path.join(base, "cgroup.controllers")) as f:
-                return f.read().split()
-        except OSError:
-            return []
 
     def _make(self, base: str | None, name: str) -> str:
         if base is None or not os.path.isdir(base):
@@ -402,7 +483,8 @@ class SlotCgroup:
         return {"procs": list(self.procs), "cpu": self.cpu, "mem": self.mem}
 
     def remove(self) -> bool:
-        """rmdir every directory (they are empty once the slot's processes are gone); True when all are gone."""
+        """rmdir every directory (they are empty once the slot's processes are gone); True when all are gone. The
+        shared auto parent goes with the last slot of this process (while others remain, its rmdir fails)."""
         ok = True
         for d in reversed(self.dirs):
             try:
@@ -411,6 +493,11 @@ class SlotCgroup:
                 pass
             except OSError:
                 ok = False
+        if ok and self.auto_parent:
+            try:
+                os.rmdir(self.auto_parent)
+            except OSError:
+                pass
         return ok
 
 

@@ -100,7 +100,10 @@ class Slot:
             pass_fds = (self._lease_fd,)  # the worker keeps the lease until it and its tests are gone
             name = f"mrgrpo-slot-{self.uid - _UID_BASE}"  # unique on the node while the lease is held
         if self.cgroup is None and not {"cgroup_v1", "cgroup_v2"} <= DISABLE and "parent_cgroup" not in DISABLE:
-            self.cgroup = isolation.SlotCgroup(name, tuple(DISABLE), os.environ.get("MRGRPO_SANDBOX_CGROUP_PARENT"))
+            disable = tuple(DISABLE)
+            if os.environ.get("MRGRPO_SANDBOX_CGROUP_AUTO_PARENT", "1") == "0":  # keep out of others' cgroups
+                disable += ("cgroup_auto_parent",)
+            self.cgroup = isolation.SlotCgroup(name, disable, os.environ.get("MRGRPO_SANDBOX_CGROUP_PARENT"))
         cg_cfg = self.cgroup.config() if self.cgroup is not None and self.cgroup.procs else None
         cfg = {"slot_dir": self.dir, "uid": self.uid, "tmpfs_bytes": TMPFS_BYTES, "tmpfs_inodes": TMPFS_INODES,
                "extra_sys_path": _site_packages(), "disable": sorted(DISABLE), "cgroup": cg_cfg, "cgroup_name": name}

@@ -266,9 +266,10 @@ class _Zygote:
                                 "program lets the kernel auto-reap, SIGCHLD ignored, are bounded only by RLIMIT_CPU "
                                 "each) and is checked after the test, not while it runs")
         if layers["cgroup_memory"] is None:
-            warnings_out.append("no cgroup memory limit (cgroup v2: set MRGRPO_SANDBOX_CGROUP_PARENT to a cgroup that "
-                                "can enable +memory for its children, see docs/sandbox.md): memory_mb bounds each "
-                                "process of a test, not the test")
+            warnings_out.append("no cgroup memory limit (cgroup v2: our cgroup holds processes and no ancestor "
+                                "gives its children the memory controller; set MRGRPO_SANDBOX_CGROUP_PARENT to a "
+                                "cgroup that can, see docs/sandbox.md): memory_mb bounds each process of a test, "
+                                "not the test")
         self.abi = 0 if "landlock" in cfg.get("disable", ()) else iso.landlock_abi()
         self.rules: list[tuple[int, int]] = []
         self.landlock = None  # built once; each test process adds its directory and applies it
