@@ -1,7 +1,7 @@
 """Benchmark: mrgrpo's reward vs verl's default APPS scorer (`prime_code.compute_score`, continuous=True).
 
     .venv/bin/python benchmarks/bench_reward.py [--workers 2,16] [--problems N] [--repeat N]
-        [--max-program-cpu S] [--leaks 10000] [--skip-verl]
+        [--max-program-cpu S] [--processes P] [--leaks 10000] [--skip-verl]
 
 The batch: for each valid problem of the bundled APPS+ sample, its canonical solution (expected: pass) and wrong
 variants (expected: fail): an extra output line / a wrong return value, no output, a crash, a syntax error, and a
@@ -14,6 +14,9 @@ of the worker processes excluded), and the floor: the CPU the programs themselve
 from the slot cgroup where there is one). `--max-program-cpu S` drops the problems whose canonical solution needs
 more than S CPU-seconds (measured first) and `--repeat N` repeats the batch, so that the batch's wall time is set
 by throughput rather than by one slow program (the table shows the slowest submission as a share of the wall).
+`--processes P` judges mrgrpo's batch from P processes (each with its own pool and threads, all sharing the slots
+through node-wide admission, MRGRPO_SANDBOX_SLOTS = slots), as a GPU node's agent-loop and reward workers do, so
+that one judging process's GIL is not what limits 16 slots.
 """
 
 from __future__ import annotations
@@ -183,8 +186,68 @@ def _live_children() -> list[int]:
         return []
 
 
-def run_judge(name: str, batch: list[dict], workers: int) -> dict:
-    if name == "mrgrpo":
+def _shard_main(path: str, workers: int) -> int:
+    """One judging process of `--processes P`: judge the shard in `path` with `workers` threads over its own pool
+    (node-wide admission caps all shards together), after a "go" line on stdin; print one JSON line."""
+    from mrgrpo.sandbox import Job, run_batch, shutdown
+
+    with open(path) as f:
+        shard = json.load(f)
+    _count_program_cpu()
+    run_batch([Job(code="print(1)", inputs=[""], outputs=["1"])] * workers, workers=workers)  # warm the pool
+    print("ready", flush=True)
+    sys.stdin.readline()
+    _program_cpu[:] = [0.0, 0]
+    with ThreadPoolExecutor(workers) as ex:
+        results = list(ex.map(_mrgrpo_one, shard))
+    print(json.dumps({"results": results, "floor": _program_cpu[0], "tests_run": _program_cpu[1]}), flush=True)
+    shutdown()
+    return 0
+
+
+def _judge_in_processes(batch: list[dict], workers: int, processes: int) -> tuple[list, float, float, int, float]:
+    """mrgrpo's judge spread over `processes` judging processes (as verl's agent-loop and reward workers are),
+    sharing `workers` slots through node-wide admission. Returns (results in batch order, wall, CPU of all
+    processes, tests run, program CPU)."""
+    import subprocess
+
+    shards = [batch[i::processes] for i in range(processes)]
+    env = dict(os.environ, MRGRPO_SANDBOX_SLOTS=str(workers))
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, shard in enumerate(shards):
+            path = os.path.join(tmp, f"shard{i}.json")
+            with open(path, "w") as f:
+                json.dump(shard, f)
+            procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--shard", path,
+                                           "--workers", str(workers)], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, text=True, env=env))
+        for p in procs:
+            line = p.stdout.readline()
+            if line.strip() != "ready":
+                raise RuntimeError(f"judging process {p.pid} sent {line!r} instead of ready")
+        cpu0 = _own_cpu() + sum(_proc_cpu(p.pid) for p in procs)
+        start = time.perf_counter()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [json.loads(p.stdout.readline()) for p in procs]
+        wall = time.perf_counter() - start
+        for p in procs:
+            if p.wait() != 0:
+                raise RuntimeError(f"judging process {p.pid} exited with {p.returncode}")
+    cpu = _own_cpu() - cpu0  # the judging processes and everything they ran, reaped by now
+    results: list = [None] * len(batch)
+    for i, out in enumerate(outs):
+        results[i::processes] = [tuple(r) for r in out["results"]]
+    return results, wall, cpu, sum(o["tests_run"] for o in outs), sum(o["floor"] for o in outs)
+
+
+def run_judge(name: str, batch: list[dict], workers: int, processes: int = 1) -> dict:
+    if name == "mrgrpo" and processes > 1:
+        results, wall, cpu, tests_run, floor = _judge_in_processes(batch, workers, processes)
+        _program_cpu[:] = [floor, tests_run]
+    elif name == "mrgrpo":
         from mrgrpo.sandbox import Job, run_batch, shutdown
 
         _count_program_cpu()
@@ -196,17 +259,18 @@ def run_judge(name: str, batch: list[dict], workers: int) -> dict:
         executor = ProcessPoolExecutor(workers)
         list(executor.map(_verl_one, batch[:workers]))  # warm the processes (imports)
         fn = _verl_one
-    # CPU of everything from here on: ours, and our children's once reaped, minus what the live (warmed-up)
-    # children had already used.
-    cpu0 = _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
-    _program_cpu[:] = [0.0, 0]
-    start = time.perf_counter()
-    with executor:
-        results = list(executor.map(fn, batch))
-    wall = time.perf_counter() - start
-    if name == "mrgrpo":
-        shutdown()  # the workers exit and are reaped: their CPU (and their tests') lands in RUSAGE_CHILDREN
-    cpu = _own_cpu() - cpu0
+    if not (name == "mrgrpo" and processes > 1):
+        # CPU of everything from here on: ours, and our children's once reaped, minus what the live (warmed-up)
+        # children had already used.
+        cpu0 = _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
+        _program_cpu[:] = [0.0, 0]
+        start = time.perf_counter()
+        with executor:
+            results = list(executor.map(fn, batch))
+        wall = time.perf_counter() - start
+        if name == "mrgrpo":
+            shutdown()  # the workers exit and are reaped: their CPU (and their tests') lands in RUSAGE_CHILDREN
+        cpu = _own_cpu() - cpu0
     latencies = sorted(r[2] for r in results)
     agree = sum(r[0] == item["should_pass"] for r, item in zip(results, batch, strict=True))
     false_pass = sum(r[0] and not item["should_pass"] for r, item in zip(results, batch, strict=True))
@@ -217,7 +281,8 @@ def run_judge(name: str, batch: list[dict], workers: int) -> dict:
         by_kind[item["kind"]][0] += r[0] == item["should_pass"]
         by_kind[item["kind"]][1] += 1
     return {"name": name, "wall": wall, "n": len(batch), "tests": sum(i["num_tests"] for i in batch),
-            "workers": workers, "cpu": cpu, "floor": _program_cpu[0] if name == "mrgrpo" else None,
+            "workers": workers, "processes": processes if name == "mrgrpo" else workers,
+            "cpu": cpu, "floor": _program_cpu[0] if name == "mrgrpo" else None,
             "tests_run": _program_cpu[1] if name == "mrgrpo" else None,
             "max_latency": latencies[-1],
             "p50": statistics.median(latencies), "p99": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
@@ -320,7 +385,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="drop problems whose canonical solution needs more CPU-seconds than this")
     ap.add_argument("--skip-verl", action="store_true")
     ap.add_argument("--leaks", type=int, default=0, help="also run N trivial executions and check for leftovers")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="judge mrgrpo's batch from P processes sharing the slots through node-wide admission, as "
+                         "verl's agent-loop and reward workers do (default 1: threads in this process)")
+    ap.add_argument("--shard", help=argparse.SUPPRESS)  # internal: one judging process of --processes
     args = ap.parse_args(argv)
+    if args.shard:
+        return _shard_main(args.shard, int(args.workers))
+    if args.processes < 1:
+        ap.error("--processes must be >= 1")
     worker_counts = [int(w) for w in str(args.workers).split(",")]
 
     batch = build_batch(args.problems)
@@ -334,17 +407,18 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(i['num_tests'] for i in batch)} tests; slots {worker_counts}; {os.cpu_count()} CPUs", flush=True)
     stats = []
     for workers in worker_counts:
-        stats.append(run_judge("mrgrpo", batch, workers))
+        stats.append(run_judge("mrgrpo", batch, workers, args.processes))
         if not args.skip_verl:
             stats.append(run_judge("verl prime_code", batch, workers))
-    print("\n| judge | slots | submissions/s | CPU-s per submission | floor (programs) per submission | "
-          "overhead CPU per test run | p50 latency | p99 latency | slowest / wall | agreement | false passes | "
-          "false fails | wall |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| judge | slots | judging processes | submissions/s | CPU-s per submission | floor (programs) per "
+          "submission | overhead CPU per test run | p50 latency | p99 latency | slowest / wall | agreement | "
+          "false passes | false fails | wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in stats:
         floor = f"{s['floor'] / s['n'] * 1e3:.1f} ms" if s["floor"] is not None else "-"
         over = f"{(s['cpu'] - s['floor']) / s['tests_run'] * 1e3:.2f} ms" if s["floor"] is not None else "-"
-        print(f"| {s['name']} | {s['workers']} | {s['n'] / s['wall']:.1f} | {s['cpu'] / s['n'] * 1e3:.1f} ms | "
+        print(f"| {s['name']} | {s['workers']} | {s['processes']} | {s['n'] / s['wall']:.1f} | "
+              f"{s['cpu'] / s['n'] * 1e3:.1f} ms | "
               f"{floor} | {over} | {s['p50'] * 1e3:.0f} ms | {s['p99'] * 1e3:.0f} ms | "
               f"{s['max_latency'] / s['wall']:.1%} | {s['agree'] / s['n']:.1%} ({s['agree']}/{s['n']}) | "
               f"{s['false_pass']} | {s['false_fail']} | {s['wall']:.1f} s |")

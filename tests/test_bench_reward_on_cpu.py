@@ -1,0 +1,29 @@
+"""benchmarks/bench_reward.py's multi-process judge (`--processes P`): the batch split over P judging processes
+comes back whole, in order, with every verdict right; nothing is asserted about speed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+
+def _bench():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_reward.py"
+    spec = importlib.util.spec_from_file_location("bench_reward", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_reward"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_batch_judged_from_several_processes_comes_back_in_order_and_right():
+    bench = _bench()
+    batch = bench.build_batch(3)
+    one = bench.run_judge("mrgrpo", batch, workers=2)
+    three = bench.run_judge("mrgrpo", batch, workers=2, processes=3)
+    assert three["n"] == len(batch) and three["processes"] == 3
+    assert three["agree"] == len(batch) and three["false_pass"] == 0 and three["false_fail"] == 0
+    assert three["verdicts"] == one["verdicts"]  # the shards were put back in batch order
+    assert three["tests_run"] == one["tests_run"] > 0 and three["floor"] > 0  # program CPU came back from each shard
+    assert three["cpu"] > three["floor"]  # the judging processes' own CPU is counted too
