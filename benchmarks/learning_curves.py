@@ -1,6 +1,6 @@
 """Curves of the learnability runs: verl's `file` logger JSONL (one line per step) -> CSV + PNG + a summary table.
 
-    python benchmarks/learning_curves.py RUNS_DIR [--out DIR]
+    python benchmarks/learning_curves.py RUNS_DIR [--out DIR] [--baseline grpo_k2] [--val-n 300]
 
 RUNS_DIR holds ``<run>.jsonl`` files written by recipe/mrgrpo/learnability.sh (``VERL_FILE_LOGGER_PATH``). For
 each run it writes ``<run>.csv`` with the columns below (one row per logged step; empty where a step did not log
@@ -13,6 +13,10 @@ The SFT side (stages sft_eval and sft_more): ``sft_eval/step_N/summary.json`` an
 within 2 points of the checkpoint at 2/3 of its steps, i.e. flat over a further 50% of steps) and the headline
 table: the no-demonstration split's pass@1 after GRPO against the SFT plateau (+10 points wanted) and against the
 SFT continuation control (+8 points wanted).
+
+With several runs, each is compared with ``--baseline`` (default ``grpo_k2``) at their last common validation step
+(`compare`): pass@1 per split with the difference's standard error, gains since step 0, first-attempt public pass,
+and whether the two started from the same SFT model.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ COLUMNS = {
 for _split in SPLITS:
     COLUMNS[f"pass1_{_split}"] = f"val-core/{_split}/acc/mean@1"
     COLUMNS[f"val_fix_rate_{_split}"] = f"val-aux/{_split}/fixed/mean@1"
+    COLUMNS[f"val_first_{_split}"] = f"val-aux/{_split}/first_public_pass/mean@1"
 
 
 def read_run(path: Path) -> list[dict]:
@@ -191,10 +196,54 @@ def headline(runs: dict[str, list[dict]], sft_rows: list[dict], control: dict | 
     return "\n".join(lines)
 
 
+def compare(runs: dict[str, list[dict]], baseline: str, n_val: int = 300) -> str:
+    """Each run against `baseline` at their last common validation step, per split: held-out pass@1, the difference
+    with its binomial standard error (n_val problems per split), the gain since step 0 of each, and the first
+    attempt's public pass. Whether they share a start is read from step 0: the same model gives the same greedy
+    first attempts up to batch numerics (a problem or two of a split was seen to flip), so first-attempt pass within
+    2 problems on every split means one SFT model; otherwise only gains compare."""
+    if baseline not in runs:
+        return ""
+    by_step = {name: {r["step"]: r for r in rows} for name, rows in runs.items()}
+    lines = [f"| run vs {baseline} | split | step | pass@1 | {baseline} | difference (± SE) | gain since step 0 "
+             f"(run / {baseline}) | first-attempt public pass (run / {baseline}) |",
+             "|---|---|---|---|---|---|---|---|"]
+    notes = []
+    for name in runs:
+        if name == baseline:
+            continue
+        common = sorted(step for step, r in by_step[name].items() if "pass1_synth_nodemo" in r
+                        and "pass1_synth_nodemo" in by_step[baseline].get(step, {}))
+        if not common:
+            notes.append(f"{name}: no validation step in common with {baseline}")
+            continue
+        s0, s1 = common[0], common[-1]
+        r0, b0, r1, b1 = by_step[name][s0], by_step[baseline][s0], by_step[name][s1], by_step[baseline][s1]
+        firsts = [(r0[k], b0[k]) for k in (f"val_first_{sp}" for sp in SPLITS) if k in r0 and k in b0]
+        gap = max((abs(a - b) for a, b in firsts), default=float("inf"))
+        same = s0 == 0 and gap <= 2 / n_val + 1e-9
+        notes.append(f"{name}: {'same start as' if same else 'NOT the same start as'} {baseline} (step-{s0} greedy "
+                     f"first-attempt pass differs by at most {100 * gap:.1f} points)"
+                     f"{'' if same else ': compare gains, not levels'}")
+        for split in SPLITS:
+            col, first = f"pass1_{split}", f"val_first_{split}"
+            if col not in r1 or col not in b1:
+                continue
+            a, b = r1[col], b1[col]
+            se = (a * (1 - a) / n_val + b * (1 - b) / n_val) ** 0.5
+            gain = f"{100 * (a - r0[col]):+.1f} / {100 * (b - b0[col]):+.1f}" if col in r0 and col in b0 else "-"
+            fp = f"{100 * r1[first]:.1f} / {100 * b1[first]:.1f}" if first in r1 and first in b1 else "-"
+            lines.append(f"| {name} | {split} | {s1} | {100 * a:.1f} | {100 * b:.1f} | {100 * (a - b):+.1f} ± "
+                         f"{100 * se:.1f} | {gain} | {fp} |")
+    return "\n".join(lines + [""] + notes)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs_dir", type=Path)
     ap.add_argument("--out", type=Path, default=None, help="where CSV/PNG go (default: RUNS_DIR)")
+    ap.add_argument("--baseline", default="grpo_k2", help="the run the others are compared with (default grpo_k2)")
+    ap.add_argument("--val-n", type=int, default=300, help="problems per validation split, for standard errors")
     args = ap.parse_args(argv)
     out = args.out or args.runs_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -225,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         written.append("curves.png")
         print(summary(runs))
         print(headline(runs, sft_rows, control))
+        if len(runs) > 1 and args.baseline in runs:
+            print("\n" + compare(runs, args.baseline, args.val_n))
     print(f"wrote {', '.join(written)} to {out}")
     return 0
 

@@ -97,3 +97,31 @@ def test_learning_curves_sft_plateau_and_headline(repo_root, tmp_path):
     table = lc.headline({"grpo_k2": grpo}, rows, {"pass1_synth_nodemo": 0.25})
     assert "| grpo_k2 | 35.0 | +14.0 | +10.0 |" in table
     assert "n/a" in lc.headline({"grpo_k2": grpo}, rows, None)
+
+
+def test_learning_curves_compare_runs_and_tell_whether_they_share_a_start(repo_root, tmp_path):
+    spec = importlib.util.spec_from_file_location("learning_curves", repo_root / "benchmarks/learning_curves.py")
+    lc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lc)
+
+    def run(name, first0, nodemo0, nodemo20):
+        lines = [{"step": 0, "data": {"val-core/synth_nodemo/acc/mean@1": nodemo0,
+                                      "val-aux/synth_nodemo/first_public_pass/mean@1": first0}},
+                 {"step": 10, "data": {"val-core/synth_nodemo/acc/mean@1": 0.3}},  # the other run has no step 10
+                 {"step": 20, "data": {"val-core/synth_nodemo/acc/mean@1": nodemo20,
+                                       "val-aux/synth_nodemo/first_public_pass/mean@1": 0.4}}]
+        if name == "grpo_k2":
+            del lines[1]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        return lc.read_run(tmp_path / f"{name}.jsonl")
+
+    runs = {"grpo_k2": run("grpo_k2", 0.20, 0.25, 0.40), "grpo_k2_attempt": run("grpo_k2_attempt", 0.2033, 0.25, 0.5),
+            "grpo_k0": run("grpo_k0", 0.30, 0.31, 0.45)}
+    table = lc.compare(runs, "grpo_k2", n_val=300)
+    # at the last common validation step (20), with the binomial SE of the difference over 300 problems a split
+    assert "| grpo_k2_attempt | synth_nodemo | 20 | 50.0 | 40.0 | +10.0 ± 4.0 | +25.0 / +15.0 | 40.0 / 40.0 |" in table
+    assert "grpo_k2_attempt: same start as grpo_k2" in table  # one problem of 300 flipped: the same SFT model
+    assert "grpo_k0: NOT the same start as grpo_k2" in table and "compare gains, not levels" in table
+    assert lc.compare(runs, "missing") == ""
+    assert "no validation step in common" in lc.compare({**runs, "x": [{"step": 5, "pass1_synth_nodemo": 0.1}]},
+                                                        "grpo_k2")
