@@ -23,6 +23,9 @@ def parser() -> argparse.ArgumentParser:
         description="pass@k of a model on a verl parquet built by `mrgrpo data prepare`, with the training agent loop "
         "(plan -> code -> public-test feedback) and the training reward (hidden tests). Writes summary.json, "
         "per_problem.csv, report.md and passk.png to --out.",
+        epilog="exit status: 0 evaluated; 2 bad arguments or no rows to evaluate; 3 vLLM's engine failed to start "
+        "twice (on a GPU shared with a training run or another engine: give this one a larger "
+        "--gpu-memory-utilization than theirs).",
     )
     p.add_argument("--model", required=True, help="an HF model directory, or a verl checkpoint (global_step_N or its "
                    "actor/ directory; FSDP), merged to HF with verl's model merger into --merged-dir")
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoConfig, AutoTokenizer
 
-    from mrgrpo.eval.engine import AsyncVllmServer, build_async_engine, on_cpu
+    from mrgrpo.eval.engine import AsyncVllmServer, EngineStartError, build_async_engine, on_cpu
     from mrgrpo.eval.report import write_outputs
     from mrgrpo.eval.run import EvalSettings, evaluate, load_rows
 
@@ -138,9 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         # `python -m mrgrpo` and the console script are safe to spawn from (no main() re-run in the child).
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     start = time.monotonic()
-    engine = build_async_engine(str(model_dir), max_model_len=max_model_len, seed=args.seed, dtype=args.dtype,
-                                gpu_memory_utilization=args.gpu_memory_utilization,
-                                tensor_parallel_size=args.tensor_parallel_size, enforce_eager=args.enforce_eager)
+    try:
+        engine = build_async_engine(str(model_dir), max_model_len=max_model_len, seed=args.seed, dtype=args.dtype,
+                                    gpu_memory_utilization=args.gpu_memory_utilization,
+                                    tensor_parallel_size=args.tensor_parallel_size, enforce_eager=args.enforce_eager)
+    except EngineStartError as exc:
+        print(f"mrgrpo eval: {exc}", file=sys.stderr)
+        return 3
     try:
         records = asyncio.run(evaluate(rows, AsyncVllmServer(engine, max_model_len), tokenizer, settings,
                                        hf_model_type=hf_type, progress=not args.no_progress))

@@ -142,10 +142,67 @@ class AsyncVllmServer(_ServerBase):
         return out
 
 
+class EngineStartError(RuntimeError):
+    """vLLM's engine did not start, twice; the message says what to change when the GPU is shared."""
+
+
+def gpu_memory_in_use() -> str | None:
+    """'used of total GiB' per GPU from nvidia-smi (no CUDA context in this process), or None where there is none."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used,memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    parts = []
+    for line in out.stdout.strip().splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+            parts.append(f"GPU {fields[0]}: {int(fields[1]) / 1024:.1f} of {int(fields[2]) / 1024:.1f} GiB")
+    return "; ".join(parts) or None
+
+
+def start_engine(make, *, what: str, share: float, retries: int = 1, wait_s: float = 15.0, sleep=None, log=None,
+                 memory=gpu_memory_in_use):
+    """``make()`` (an engine constructor), again after ``wait_s`` when vLLM's engine core fails to initialise. On a
+    shared GPU that failure is mostly vLLM's start-up memory profile counting what another process takes or frees
+    meanwhile as its own (a training run's rollout sleeps and wakes its KV cache every step): a second try can land
+    between two such changes. Other errors pass through; a second such failure raises `EngineStartError` naming the
+    engine, the memory other processes held and what to change."""
+    import sys
+    import time
+
+    sleep = sleep or time.sleep
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    for attempt in range(retries + 1):
+        before = memory()
+        try:
+            return make()
+        except RuntimeError as exc:
+            if "initialization failed" not in str(exc):
+                raise
+            if attempt < retries:
+                log(f"mrgrpo: vLLM's engine for {what} failed to start ({exc}); memory in use: {before or 'unknown'}."
+                    f" Trying again in {wait_s:.0f} s")
+                sleep(wait_s)
+                continue
+            raise EngineStartError(
+                f"vLLM's engine for {what} failed to start {retries + 1} times (its log above says why); GPU memory "
+                f"in use before the last try: {before or 'unknown'}. When another process uses this GPU (a training "
+                f"run's rollout, another engine), vLLM counts the memory it takes or frees while this engine starts "
+                f"as this engine's own ('No available memory for the cache blocks', 'Error in memory profiling'): "
+                f"give this engine a gpu_memory_utilization (now {share}) above every other engine's share on the "
+                f"GPU, or start it while they are idle") from exc
+    raise AssertionError("unreachable")
+
+
 def build_async_engine(model: str, *, max_model_len: int, seed: int = 0, dtype: str = "auto",
                        gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1,
                        enforce_eager: bool = False, max_num_seqs: int | None = None):
-    """An in-process ``vllm.AsyncLLMEngine`` for ``model`` (an HF model directory)."""
+    """An in-process ``vllm.AsyncLLMEngine`` for ``model`` (an HF model directory), started by `start_engine`."""
     import vllm
 
     kwargs: dict[str, Any] = dict(
@@ -160,7 +217,8 @@ def build_async_engine(model: str, *, max_model_len: int, seed: int = 0, dtype: 
     if max_num_seqs:
         kwargs["max_num_seqs"] = int(max_num_seqs)
     args = vllm.AsyncEngineArgs(**kwargs)
-    return vllm.AsyncLLMEngine.from_engine_args(args)
+    return start_engine(lambda: vllm.AsyncLLMEngine.from_engine_args(args), what=str(model),
+                        share=float(gpu_memory_utilization))
 
 
 def on_cpu() -> bool:
