@@ -47,12 +47,14 @@ def test_grpo_stages_compose_validate_and_carry_the_seed_and_rounds(repo_root, t
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    lines = _run(repo_root, "recipe/mrgrpo/learnability.sh", STAGES="grpo,grpo_k0", SEED="7", ROUNDS="2",
+    lines = _run(repo_root, "recipe/mrgrpo/learnability.sh", STAGES="grpo_k0,grpo_attempt,grpo", SEED="7", ROUNDS="2",
                  EXP_DIR=str(tmp_path / "exp"))
-    assert len(lines) == 2
-    k2, k0 = (_grpo_cfg(argv) for argv in lines)
-    assert (k2.mrgrpo.agent_loop.rounds, k0.mrgrpo.agent_loop.rounds) == (2, 0)
-    for cfg in (k2, k0):
+    assert len(lines) == 3
+    k2, attempt, k0 = (_grpo_cfg(argv) for argv in lines)  # in stage order, whatever the order given
+    assert (k2.mrgrpo.agent_loop.rounds, attempt.mrgrpo.agent_loop.rounds, k0.mrgrpo.agent_loop.rounds) == (2, 2, 0)
+    assert [c.algorithm.adv_estimator for c in (k2, attempt, k0)] == ["mrgrpo_grpo", "mrgrpo_attempt", "mrgrpo_grpo"]
+    assert [c.trainer.experiment_name for c in (k2, attempt, k0)] == ["grpo_k2_s7", "grpo_k2_s7_attempt", "grpo_k0_s7"]
+    for cfg in (k2, attempt, k0):
         assert cfg.data.seed == 7
         assert cfg.actor_rollout_ref.actor.fsdp_config.seed == 7 and cfg.actor_rollout_ref.rollout.seed == 7
         assert cfg.actor_rollout_ref.model.use_fused_kernels is True
@@ -154,8 +156,20 @@ if [[ "$1 $2 $3" == "-m mrgrpo eval" ]]; then
   mkdir -p "$out" && echo "{}" > "$out/summary.json"; exit 0
 fi
 if [[ "$1 $2" == "-m verl.trainer.main_ppo" ]]; then
-  for a in "$@"; do [[ $a == trainer.experiment_name=* ]] && echo "grpo ${a#*=}" >> CALLS; done
-  for a in "$@"; do [[ $a == *.rollout.gpu_memory_utilization=* ]] && echo "grpomem ${a#*=}" >> CALLS; done
+  est=gae
+  for a in "$@"; do case $a in trainer.experiment_name=*) name=${a#*=};; algorithm.adv_estimator=*) est=${a#*=};;
+    *.rollout.gpu_memory_utilization=*) mem=${a#*=};; esac; done
+  echo "grpo $name" >> CALLS
+  echo "grpomem $mem" >> CALLS
+  echo "grpoest $name $est" >> CALLS
+  if [[ "$name" == "$FAIL_START_ONCE" && ! -e "CALLS.$name.failed" ]]; then  # dies before its first step, once
+    touch "CALLS.$name.failed"; echo "No available memory for the cache blocks"; exit 1
+  fi
+  sleep "${FAKE_STARTUP_S:-0}"
+  echo "step:1 - training/epoch:0"  # verl's console logger, as the gate reads it
+  echo "trained $name" >> CALLS
+  sleep "${FAKE_TRAIN_S:-0}"
+  echo "end $name" >> CALLS
   exit "${GRPO_RC:-0}"
 fi
 exit 0
@@ -186,10 +200,12 @@ def _orchestrate(repo_root, tmp_path, **env_extra):
                        ("nvidia-smi", "#!/bin/bash\necho 'GPU 0: fake'\n")):
         (bin_dir / name).write_text(text.replace("CALLS", str(calls)))
         (bin_dir / name).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in {"STAGES", "DRY_RUN", "ROUNDS", "PROFILE", "MODEL"}}
-    env.update(STAGES="grpo,sft_more,sft_eval", EXP_DIR=str(exp), OUT_DIR=str(out), SFT_STEPS="1000",
-               SFT_MORE_STEPS="1000", SFT_MORE_SAVE_FREQ="500", PYTHON=str(bin_dir / "python"),
-               PATH=f"{bin_dir}:/usr/bin:/bin", **env_extra)
+    knobs = {"STAGES", "DRY_RUN", "ROUNDS", "PROFILE", "MODEL", "PARALLEL", "RL_PARALLEL", "GPU_MEM_UTIL",
+             "EVAL_GPU_MEM"}
+    env = {k: v for k, v in os.environ.items() if k not in knobs}
+    env.update({"STAGES": "grpo,sft_more,sft_eval", "EXP_DIR": str(exp), "OUT_DIR": str(out), "SFT_STEPS": "1000",
+                "SFT_MORE_STEPS": "1000", "SFT_MORE_SAVE_FREQ": "500", "PYTHON": str(bin_dir / "python"),
+                "PATH": f"{bin_dir}:/usr/bin:/bin", "RETRY_WAIT_S": "0", "GATE_POLL_S": "0.1", **env_extra})
     proc = subprocess.run(["bash", "recipe/mrgrpo/learnability.sh"], cwd=repo_root, env=env, capture_output=True,
                           text=True, timeout=120)
     stages = out / "stages.txt"
@@ -234,6 +250,52 @@ def test_parallel_evaluates_the_control_again_when_it_failed_next_to_grpo(repo_r
     assert evals[0] == "sft_more_eval" and evals.count("sft_more_eval") == 2
     assert evals.index("sft_more_eval", 1) > evals.index("step_200")  # after the RL track, not in a loop
     assert (out / "sft_more_eval/summary.json").is_file() and "sft_more done" in stages
+
+
+def test_rl_stages_side_by_side_start_once_the_one_before_trains_with_a_larger_share(repo_root, tmp_path):
+    proc, calls, stages, _ = _orchestrate(repo_root, tmp_path, STAGES="grpo,grpo_attempt,grpo_k0", RL_PARALLEL="1",
+                                          FAKE_STARTUP_S="0.5", FAKE_TRAIN_S="2")
+    assert proc.returncode == 0, proc.stderr + stages
+    runs = ["grpo_k2", "grpo_k2_attempt", "grpo_k0"]
+    starts = [calls.index(f"grpo {r}") for r in runs]
+    for before, after in zip(runs, runs[1:], strict=False):
+        assert calls.index(f"trained {before}") < calls.index(f"grpo {after}")  # gated on its first step
+        assert calls.index(f"grpo {after}") < calls.index(f"end {before}")  # and side by side, not after it
+    assert starts == sorted(starts)
+    assert [c for c in calls if c.startswith("grpomem")] == ["grpomem 0.2", "grpomem 0.3", "grpomem 0.4"]
+    assert {c for c in calls if c.startswith("grpoest")} == {"grpoest grpo_k2 gae", "grpoest grpo_k0 gae",
+                                                             "grpoest grpo_k2_attempt mrgrpo_attempt"}
+    assert "(vLLM share 0.3)" in stages and "all done (rc=0)" in stages
+
+
+def test_a_run_that_dies_before_its_first_step_is_started_once_more(repo_root, tmp_path):
+    proc, calls, stages, out = _orchestrate(repo_root, tmp_path, STAGES="grpo,grpo_attempt", RL_PARALLEL="1",
+                                            FAIL_START_ONCE="grpo_k2_attempt")
+    assert proc.returncode == 0, proc.stderr + stages
+    assert calls.count("grpo grpo_k2_attempt") == 2 and calls.count("grpo grpo_k2") == 1
+    assert "grpo_k2_attempt failed before its first step" in stages
+    assert "No available memory" in (out / "grpo_k2_attempt.failed_start.log").read_text()
+    assert "trained grpo_k2_attempt" in calls
+
+
+def test_a_run_that_fails_after_training_started_is_not_started_again(repo_root, tmp_path):
+    proc, calls, stages, _ = _orchestrate(repo_root, tmp_path, STAGES="grpo", GRPO_RC="1")
+    assert proc.returncode == 1 and calls.count("grpo grpo_k2") == 1 and "grpo_k2 FAILED" in stages
+
+
+def test_shares_that_cannot_fit_side_by_side_are_refused_before_anything_runs(repo_root, tmp_path):
+    # three RL runs (0.2, 0.3, 0.4) and evaluations above them (0.5): 1.4 of the GPU
+    proc, calls, stages, _ = _orchestrate(repo_root, tmp_path, STAGES="sft,grpo,grpo_attempt,grpo_k0,sft_eval",
+                                          RL_PARALLEL="1", PARALLEL="1")
+    assert proc.returncode == 2 and "EVAL_GPU_MEM" in proc.stderr and calls == [] and stages == ""
+    proc, calls, _, _ = _orchestrate(repo_root, tmp_path / "rl", STAGES="grpo,grpo_attempt,grpo_k0", RL_PARALLEL="1",
+                                     GPU_MEM_UTIL="0.3")
+    assert proc.returncode == 2 and "lower GPU_MEM_UTIL" in proc.stderr and calls == []
+
+
+def test_an_unknown_stage_is_refused(repo_root, tmp_path):
+    proc, calls, stages, _ = _orchestrate(repo_root, tmp_path, STAGES="sft,grpo_atempt")
+    assert proc.returncode == 2 and "unknown stage 'grpo_atempt'" in proc.stderr and calls == []
 
 
 def test_a_failed_stage_fails_the_run_after_the_others_ran(repo_root, tmp_path):

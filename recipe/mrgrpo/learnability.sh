@@ -8,7 +8,12 @@
 #   RL track
 #   grpo      GRPO, K=ROUNDS feedback rounds, self plan, with the unchanged recipe (PROFILE=synth); held-out
 #             pass@1 (greedy, verl validation) per split before training and every TEST_FREQ steps
-#   grpo_k0   the same with K=0 (one attempt): the feedback ablation
+#   grpo_attempt  the same with the attempt-aware estimator (algorithm.adv_estimator=mrgrpo_attempt,
+#             docs/attempt_credit.md): its comparison with grpo from the same SFT model
+#   grpo_k0   the same as grpo with K=0 (one attempt): the feedback ablation
+#   The RL stages run one after the other, or side by side with RL_PARALLEL=1: each starts once the one before it
+#   has trained a step, with a vLLM share 0.1 above the one before it (GPU_MEM_UTIL, +0.1, ...), and a start that
+#   fails before its first step is tried once more (vLLM engines starting next to a running one: see EVAL_GPU_MEM)
 #   SFT track
 #   sft_more  the control: SFT continued for SFT_MORE_STEPS more steps (GRPO's training wall time divided by the
 #             SFT stage's seconds per step; checkpoints every SFT_MORE_SAVE_FREQ steps for sft_eval), then evaluated
@@ -20,7 +25,8 @@
 #             runs once more after the RL track, for what failed to start next to GRPO
 # Each stage writes OUT_DIR/<stage>.log and, for verl runs, OUT_DIR/<stage>.jsonl (verl's `file` logger: every
 # metric of every step); each appends its start and end to OUT_DIR/stages.txt. python benchmarks/learning_curves.py
-# OUT_DIR turns them into CSV, PNG and the headline table. Exit status: 1 when a stage failed (after the others ran).
+# OUT_DIR turns them into CSV, PNG and the headline table. Exit status: 1 when a stage failed (after the others ran);
+# 2, before anything runs, for an unknown stage or vLLM shares that cannot fit side by side.
 # DRY_RUN=1 prints, for each GRPO stage, the launch command run_qwen3_apps.sh would run, and runs nothing.
 # run_qwen3_apps.sh's own knobs (GPU_MEM_UTIL, BATCH_SIZE, LR, ...) pass through to the GRPO runs.
 #
@@ -51,11 +57,13 @@ SAVE_FREQ=${SAVE_FREQ:-200}
 SEED=${SEED:-1}
 DRY_RUN=${DRY_RUN:-0}
 PARALLEL=${PARALLEL:-0}                  # 1: the RL track and the SFT track at once on the one GPU
+RL_PARALLEL=${RL_PARALLEL:-0}            # 1: the RL stages side by side (see above)
 RUN_TAG=${RUN_TAG:-}                     # appended to the GRPO run names (e.g. _attempt), see below
-# vLLM's share of the GPU for the evaluations (`mrgrpo eval`); default 0.15, or 0.3 with PARALLEL=1, where the GRPO
-# runs' share (GPU_MEM_UTIL) defaults to 0.2 and must be below it: an engine that starts next to a GRPO run counts
-# the KV cache GRPO frees and takes back every step (sleep/wake) as its own use, and with a smaller share it has
-# "No available memory for the cache blocks" (seen 2026-12-01: 0.1 next to 0.25 failed, 0.4 next to 0.25 started)
+# vLLM's share of the GPU for the evaluations (`mrgrpo eval`); default 0.15, or, with PARALLEL=1, 0.1 above the
+# largest GRPO share (GPU_MEM_UTIL, default 0.2 there, plus 0.1 per further RL stage with RL_PARALLEL=1), which it
+# must exceed: an engine that starts next to a GRPO run counts the KV cache GRPO frees and takes back every step
+# (sleep/wake) as its own use, and with a smaller share it has "No available memory for the cache blocks" (seen
+# 2026-12-01: 0.1 next to 0.25 failed, 0.4 next to 0.25 started). All shares running at once must sum to <= 0.9.
 EVAL_GPU_MEM=${EVAL_GPU_MEM:-}
 PYTHON=${PYTHON:-python3}
 
@@ -64,6 +72,13 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT_DIR"
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
+for stage in ${STAGES//,/ }; do
+  case $stage in
+    data|sft|grpo|grpo_attempt|grpo_k0|sft_more|sft_eval) ;;
+    *) echo "learnability.sh: unknown stage '$stage' in STAGES=$STAGES (stages: data, sft, grpo, grpo_attempt," \
+         "grpo_k0, sft_more, sft_eval)" >&2; exit 2 ;;
+  esac
+done
 stamp() { echo "== $1 $(date +%T)" | tee -a "$OUT_DIR/stages.txt"; }
 # The RL seed: data order, the actor's init and the rollout's sampling (verl 0.9.1 has no trainer.seed).
 SEEDS=(data.seed="$SEED" actor_rollout_ref.actor.fsdp_config.seed="$SEED" actor_rollout_ref.rollout.seed="$SEED")
@@ -80,11 +95,24 @@ grpo() {  # grpo NAME ROUNDS MODEL [overrides...]
     env "${env[@]}" DRY_RUN=1 bash "$SCRIPT_DIR/run_qwen3_apps.sh" "${SEEDS[@]}" "$@" | tail -1
     return
   fi
-  stamp "$name start"
-  env "${env[@]}" bash "$SCRIPT_DIR/run_qwen3_apps.sh" "${SEEDS[@]}" "$@" > "$OUT_DIR/$name.log" 2>&1 \
-    || { stamp "$name FAILED rc=$?"; return 1; }
-  stamp "$name done"
+  local try
+  for try in 1 2; do
+    stamp "$name start${GPU_MEM_UTIL:+ (vLLM share $GPU_MEM_UTIL)}"
+    if env "${env[@]}" bash "$SCRIPT_DIR/run_qwen3_apps.sh" "${SEEDS[@]}" "$@" > "$OUT_DIR/$name.log" 2>&1; then
+      stamp "$name done"
+      return 0
+    fi
+    if (( try == 2 )) || trained "$name"; then break; fi
+    # failed before its first step (e.g. its vLLM engine next to another one): once more, the log kept aside
+    mv "$OUT_DIR/$name.log" "$OUT_DIR/$name.failed_start.log"
+    stamp "$name failed before its first step (see $OUT_DIR/$name.failed_start.log): starting it again"
+    sleep "${RETRY_WAIT_S:-20}"
+  done
+  stamp "$name FAILED"
+  return 1
 }
+
+trained() { grep -q "step:1 " "$OUT_DIR/$1.log" 2>/dev/null; }  # verl's console logger printed step 1
 
 evaluate() {  # evaluate MODEL_DIR OUT: greedy pass@1 per split with the training agent loop and reward
   local model=$1 out=$2
@@ -96,13 +124,53 @@ evaluate() {  # evaluate MODEL_DIR OUT: greedy pass@1 per split with the trainin
     --seed "$SEED" --quiet > "$out.log" 2>&1 || { stamp "eval of $model FAILED (see $out.log)"; return 1; }
 }
 
+rl_stages() {  # one line per RL stage in STAGES: NAME ROUNDS [extra override]
+  if has grpo; then echo "grpo_k$ROUNDS$TAG $ROUNDS"; fi
+  if has grpo_attempt; then echo "grpo_k$ROUNDS${TAG}_attempt $ROUNDS algorithm.adv_estimator=mrgrpo_attempt"; fi
+  if has grpo_k0; then echo "grpo_k0$TAG 0"; fi
+}
+
 rl_track() {
-  local rc=0
-  if has grpo; then grpo "grpo_k$ROUNDS$TAG" "$ROUNDS" "$EXP_DIR/sft_model" "$@" || rc=1; fi
-  if has grpo_k0; then grpo "grpo_k0$TAG" 0 "$EXP_DIR/sft_model" "$@" || rc=1; fi
+  local rc=0 name rounds extra share=${GPU_MEM_UTIL:-} prev="" prev_pid="" pids=()
+  while read -r name rounds extra; do
+    if [[ "$RL_PARALLEL" != 1 || "$DRY_RUN" == 1 ]]; then
+      grpo "$name" "$rounds" "$EXP_DIR/sft_model" ${extra:+"$extra"} "$@" < /dev/null || rc=1  # stdin: the list
+      continue
+    fi
+    if [[ -n "$prev" ]]; then  # side by side: start once the one before has trained a step (or has ended)
+      until trained "$prev" || ! kill -0 "$prev_pid" 2>/dev/null; do sleep "${GATE_POLL_S:-10}"; done
+    fi
+    GPU_MEM_UTIL=$share grpo "$name" "$rounds" "$EXP_DIR/sft_model" ${extra:+"$extra"} "$@" < /dev/null &
+    prev=$name prev_pid=$! pids+=("$!")
+    share=$(awk -v s="$share" 'BEGIN { print s + 0.1 }')
+  done < <(rl_stages)
+  for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid" || rc=1; done
   return "$rc"
 }
 
+# vLLM shares: refused here, before anything runs, when engines side by side could not start
+n_rl=$(rl_stages | wc -l)
+if [[ "$RL_PARALLEL" == 1 ]] && (( n_rl > 1 )); then
+  export GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.2}
+  top=$(awk -v g="$GPU_MEM_UTIL" -v n="$n_rl" 'BEGIN { print g + 0.1 * (n - 1) }')
+  sum=$(awk -v g="$GPU_MEM_UTIL" -v n="$n_rl" 'BEGIN { print n * g + 0.05 * n * (n - 1) }')
+else
+  top=${GPU_MEM_UTIL:-0.2} sum=${GPU_MEM_UTIL:-0.2}
+fi
+if [[ "$PARALLEL" == 1 ]]; then
+  export GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.2}
+  EVAL_GPU_MEM=${EVAL_GPU_MEM:-$(awk -v t="$top" 'BEGIN { print t + 0.1 }')}
+  if ! awk -v e="$EVAL_GPU_MEM" -v t="$top" -v s="$sum" 'BEGIN { exit !(e > t && e + s <= 0.9 + 1e-9) }'; then
+    echo "learnability.sh: with PARALLEL=1, EVAL_GPU_MEM ($EVAL_GPU_MEM) must be above the largest GRPO share ($top)" \
+      "and all shares together ($sum for GRPO) at most 0.9: see EVAL_GPU_MEM in --help" >&2
+    exit 2
+  fi
+elif awk -v s="$sum" 'BEGIN { exit !(s > 0.9 + 1e-9) }'; then
+  echo "learnability.sh: RL_PARALLEL=1 with $n_rl RL stages from GPU_MEM_UTIL=$GPU_MEM_UTIL needs $sum of the GPU" \
+    "(at most 0.9): lower GPU_MEM_UTIL" >&2
+  exit 2
+fi
+EVAL_GPU_MEM=${EVAL_GPU_MEM:-0.15}
 if [[ "$DRY_RUN" == 1 ]]; then  # grpo() prints each launch instead of running it
   rl_track "$@"
   exit
@@ -153,13 +221,6 @@ sft_more_stage() {  # returns 1 when training failed, 2 when only its evaluation
 
 rc=0
 if [[ "$PARALLEL" == 1 ]]; then
-  export GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.2}
-  EVAL_GPU_MEM=${EVAL_GPU_MEM:-0.3}
-  if ! awk -v e="$EVAL_GPU_MEM" -v g="$GPU_MEM_UTIL" 'BEGIN { exit !(e > g && e + g < 0.9) }'; then
-    echo "learnability.sh: with PARALLEL=1, EVAL_GPU_MEM ($EVAL_GPU_MEM) must be above GPU_MEM_UTIL ($GPU_MEM_UTIL)," \
-      "the GRPO runs' share, and the two below 0.9 together: see EVAL_GPU_MEM in --help" >&2
-    exit 2
-  fi
   rl_track "$@" &
   rl_pid=$!
   more_rc=0
@@ -172,7 +233,6 @@ if [[ "$PARALLEL" == 1 ]]; then
   (( more_rc == 0 )) || rc=1
   if has sft_eval; then sft_eval_stage || rc=1; fi
 else
-  EVAL_GPU_MEM=${EVAL_GPU_MEM:-0.15}
   rl_track "$@" || rc=1
   if has sft_more; then sft_more_stage || rc=1; fi
   if has sft_eval; then sft_eval_stage || rc=1; fi
