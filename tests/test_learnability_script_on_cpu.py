@@ -168,7 +168,12 @@ if [[ "$1 $2" == "-m verl.trainer.main_ppo" ]]; then
   sleep "${FAKE_STARTUP_S:-0}"
   echo "step:1 - training/epoch:0"  # verl's console logger, as the gate reads it
   echo "trained $name" >> CALLS
-  sleep "${FAKE_TRAIN_S:-0}"
+  # FAKE_NEXT="a:b c:d": run a trains until run b has started (at most 60 s), so "side by side" needs no timing
+  for pair in $FAKE_NEXT; do
+    if [[ "${pair%%:*}" == "$name" ]]; then
+      for _ in $(seq 600); do grep -qx "grpo ${pair#*:}" CALLS && break; sleep 0.1; done
+    fi
+  done
   echo "end $name" >> CALLS
   exit "${GRPO_RC:-0}"
 fi
@@ -254,7 +259,8 @@ def test_parallel_evaluates_the_control_again_when_it_failed_next_to_grpo(repo_r
 
 def test_rl_stages_side_by_side_start_once_the_one_before_trains_with_a_larger_share(repo_root, tmp_path):
     proc, calls, stages, _ = _orchestrate(repo_root, tmp_path, STAGES="grpo,grpo_attempt,grpo_k0", RL_PARALLEL="1",
-                                          FAKE_STARTUP_S="0.5", FAKE_TRAIN_S="2")
+                                          FAKE_STARTUP_S="0.5",
+                                          FAKE_NEXT="grpo_k2:grpo_k2_attempt grpo_k2_attempt:grpo_k0")
     assert proc.returncode == 0, proc.stderr + stages
     runs = ["grpo_k2", "grpo_k2_attempt", "grpo_k0"]
     starts = [calls.index(f"grpo {r}") for r in runs]

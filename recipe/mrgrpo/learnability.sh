@@ -131,7 +131,7 @@ rl_stages() {  # one line per RL stage in STAGES: NAME ROUNDS [extra override]
 }
 
 rl_track() {
-  local rc=0 name rounds extra share=${GPU_MEM_UTIL:-} prev="" prev_pid="" pids=()
+  local rc=0 name rounds extra i=0 prev="" prev_pid="" pids=()
   while read -r name rounds extra; do
     if [[ "$RL_PARALLEL" != 1 || "$DRY_RUN" == 1 ]]; then
       grpo "$name" "$rounds" "$EXP_DIR/sft_model" ${extra:+"$extra"} "$@" < /dev/null || rc=1  # stdin: the list
@@ -140,32 +140,31 @@ rl_track() {
     if [[ -n "$prev" ]]; then  # side by side: start once the one before has trained a step (or has ended)
       until trained "$prev" || ! kill -0 "$prev_pid" 2>/dev/null; do sleep "${GATE_POLL_S:-10}"; done
     fi
-    GPU_MEM_UTIL=$share grpo "$name" "$rounds" "$EXP_DIR/sft_model" ${extra:+"$extra"} "$@" < /dev/null &
-    prev=$name prev_pid=$! pids+=("$!")
-    share=$(awk -v s="$share" 'BEGIN { print s + 0.1 }')
+    GPU_MEM_UTIL=${RL_SHARES[i]} grpo "$name" "$rounds" "$EXP_DIR/sft_model" ${extra:+"$extra"} "$@" < /dev/null &
+    prev=$name prev_pid=$! pids+=("$!") i=$((i + 1))
   done < <(rl_stages)
   for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid" || rc=1; done
   return "$rc"
 }
 
-# vLLM shares: refused here, before anything runs, when engines side by side could not start
+# vLLM shares, refused here, before anything runs, when engines side by side could not start. The RL stages side by
+# side get GPU_MEM_UTIL, +0.1, ... (RL_SHARES); one after the other, GPU_MEM_UTIL each.
 n_rl=$(rl_stages | wc -l)
-if [[ "$RL_PARALLEL" == 1 ]] && (( n_rl > 1 )); then
-  export GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.2}
-  top=$(awk -v g="$GPU_MEM_UTIL" -v n="$n_rl" 'BEGIN { print g + 0.1 * (n - 1) }')
-  sum=$(awk -v g="$GPU_MEM_UTIL" -v n="$n_rl" 'BEGIN { print n * g + 0.05 * n * (n - 1) }')
-else
-  top=${GPU_MEM_UTIL:-0.2} sum=${GPU_MEM_UTIL:-0.2}
-fi
+side=0
+if [[ "$RL_PARALLEL" == 1 ]] && (( n_rl > 1 )); then side=1; fi
+if (( side )) || [[ "$PARALLEL" == 1 ]]; then export GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.2}; fi
+mapfile -t RL_SHARES < <(awk -v g="${GPU_MEM_UTIL:-0.2}" -v n="$n_rl" -v s="$side" \
+  'BEGIN { for (i = 0; i < (n > 0 ? n : 1); i++) print g + 0.1 * i * s }')
+top=${RL_SHARES[-1]} sum=${RL_SHARES[-1]}  # the largest share, and what all of them take at once
+if (( side )); then sum=$(printf '%s\n' "${RL_SHARES[@]}" | awk '{ a += $1 } END { print a }'); fi
 if [[ "$PARALLEL" == 1 ]]; then
-  export GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.2}
   EVAL_GPU_MEM=${EVAL_GPU_MEM:-$(awk -v t="$top" 'BEGIN { print t + 0.1 }')}
   if ! awk -v e="$EVAL_GPU_MEM" -v t="$top" -v s="$sum" 'BEGIN { exit !(e > t && e + s <= 0.9 + 1e-9) }'; then
     echo "learnability.sh: with PARALLEL=1, EVAL_GPU_MEM ($EVAL_GPU_MEM) must be above the largest GRPO share ($top)" \
       "and all shares together ($sum for GRPO) at most 0.9: see EVAL_GPU_MEM in --help" >&2
     exit 2
   fi
-elif awk -v s="$sum" 'BEGIN { exit !(s > 0.9 + 1e-9) }'; then
+elif (( side )) && awk -v s="$sum" 'BEGIN { exit !(s > 0.9 + 1e-9) }'; then
   echo "learnability.sh: RL_PARALLEL=1 with $n_rl RL stages from GPU_MEM_UTIL=$GPU_MEM_UTIL needs $sum of the GPU" \
     "(at most 0.9): lower GPU_MEM_UTIL" >&2
   exit 2
