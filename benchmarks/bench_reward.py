@@ -186,15 +186,23 @@ def _live_children() -> list[int]:
         return []
 
 
+def _warm_mrgrpo(workers: int) -> None:
+    """Count the programs' CPU (the floor) and start this process's sandbox pool of `workers` slots."""
+    from mrgrpo.sandbox import Job, run_batch, shutdown
+
+    _count_program_cpu()
+    shutdown()
+    run_batch([Job(code="print(1)", inputs=[""], outputs=["1"])] * workers, workers=workers)
+
+
 def _shard_main(path: str, workers: int) -> int:
     """One judging process of `--processes P`: judge the shard in `path` with `workers` threads over its own pool
     (node-wide admission caps all shards together), after a "go" line on stdin; print one JSON line."""
-    from mrgrpo.sandbox import Job, run_batch, shutdown
+    from mrgrpo.sandbox import shutdown
 
     with open(path) as f:
         shard = json.load(f)
-    _count_program_cpu()
-    run_batch([Job(code="print(1)", inputs=[""], outputs=["1"])] * workers, workers=workers)  # warm the pool
+    _warm_mrgrpo(workers)
     print("ready", flush=True)
     sys.stdin.readline()
     _program_cpu[:] = [0.0, 0]
@@ -243,34 +251,36 @@ def _judge_in_processes(batch: list[dict], workers: int, processes: int) -> tupl
     return results, wall, cpu, sum(o["tests_run"] for o in outs), sum(o["floor"] for o in outs)
 
 
+def _judge_here(name: str, batch: list[dict], workers: int) -> tuple[list, float, float]:
+    """The batch judged from this process (mrgrpo: threads over its pool; verl: a process pool). Returns (results,
+    wall, CPU of this process and its children, warm-up excluded)."""
+    if name == "mrgrpo":
+        from mrgrpo.sandbox import shutdown
+
+        _warm_mrgrpo(workers)
+        executor, fn = ThreadPoolExecutor(workers), _mrgrpo_one
+    else:
+        executor, fn = ProcessPoolExecutor(workers), _verl_one
+        list(executor.map(_verl_one, batch[:workers]))  # warm the processes (imports)
+    # CPU of everything from here on: ours, and our children's once reaped, minus what the live (warmed-up)
+    # children had already used.
+    cpu0 = _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
+    _program_cpu[:] = [0.0, 0]
+    start = time.perf_counter()
+    with executor:
+        results = list(executor.map(fn, batch))
+    wall = time.perf_counter() - start
+    if name == "mrgrpo":
+        shutdown()  # the workers exit and are reaped: their CPU (and their tests') lands in RUSAGE_CHILDREN
+    return results, wall, _own_cpu() - cpu0
+
+
 def run_judge(name: str, batch: list[dict], workers: int, processes: int = 1) -> dict:
     if name == "mrgrpo" and processes > 1:
         results, wall, cpu, tests_run, floor = _judge_in_processes(batch, workers, processes)
         _program_cpu[:] = [floor, tests_run]
-    elif name == "mrgrpo":
-        from mrgrpo.sandbox import Job, run_batch, shutdown
-
-        _count_program_cpu()
-        shutdown()
-        run_batch([Job(code="print(1)", inputs=[""], outputs=["1"])] * workers, workers=workers)  # warm the pool
-        executor = ThreadPoolExecutor(workers)
-        fn = _mrgrpo_one
     else:
-        executor = ProcessPoolExecutor(workers)
-        list(executor.map(_verl_one, batch[:workers]))  # warm the processes (imports)
-        fn = _verl_one
-    if not (name == "mrgrpo" and processes > 1):
-        # CPU of everything from here on: ours, and our children's once reaped, minus what the live (warmed-up)
-        # children had already used.
-        cpu0 = _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
-        _program_cpu[:] = [0.0, 0]
-        start = time.perf_counter()
-        with executor:
-            results = list(executor.map(fn, batch))
-        wall = time.perf_counter() - start
-        if name == "mrgrpo":
-            shutdown()  # the workers exit and are reaped: their CPU (and their tests') lands in RUSAGE_CHILDREN
-        cpu = _own_cpu() - cpu0
+        results, wall, cpu = _judge_here(name, batch, workers)
     latencies = sorted(r[2] for r in results)
     agree = sum(r[0] == item["should_pass"] for r, item in zip(results, batch, strict=True))
     false_pass = sum(r[0] and not item["should_pass"] for r, item in zip(results, batch, strict=True))

@@ -359,6 +359,9 @@ def nearest_memory_ancestor(mount: str, own_dir: str) -> str | None:
     return None
 
 
+_AUTO_PARENT_PREFIX = "mrgrpo-sandbox-"
+
+
 def _remove_stale_parents(ancestor: str) -> None:
     """rmdir the empty `mrgrpo-sandbox-<pid>` parents (and their empty slot cgroups) of processes that are gone."""
     try:
@@ -377,9 +380,6 @@ def _remove_stale_parents(ancestor: str) -> None:
             os.rmdir(d)
         except OSError:
             pass
-
-
-_AUTO_PARENT_PREFIX = "mrgrpo-sandbox-"
 
 
 def auto_memory_parent(mount: str, own_dir: str) -> str | None:
@@ -437,13 +437,15 @@ class SlotCgroup:
             # or one we make next to our cgroup where an ancestor already delegates memory.
             own_dir = _under(v2, "/", own[""]) if "" in own else None
             base = v2_parent or own_dir
-            if not v2_parent and own_dir and not _memory_for_children(own_dir) and "cgroup_auto_parent" not in disable:
+            memory = base is not None and _memory_for_children(base)
+            if not memory and not v2_parent and own_dir and "cgroup_auto_parent" not in disable:
                 self.auto_parent = auto_memory_parent(v2, own_dir)
-                base = self.auto_parent or own_dir
+                if self.auto_parent:
+                    base, memory = self.auto_parent, True
             try:
                 v2_dir = self._make(base, name)
                 self.cpu = (os.path.join(v2_dir, "cpu.stat"), "v2")
-                if _memory_for_children(base) and os.path.exists(os.path.join(v2_dir, "memory.max")):
+                if memory and os.path.exists(os.path.join(v2_dir, "memory.max")):
                     self.mem = (v2_dir, "v2")
             except OSError as exc:
                 self.errors.append(f"cgroup v2: {exc}")
