@@ -162,6 +162,7 @@ if [[ "$1 $2" == "-m verl.trainer.main_ppo" ]]; then
   echo "grpo $name" >> CALLS
   echo "grpomem $mem" >> CALLS
   echo "grpoest $name $est" >> CALLS
+  echo "grpogpu $name ${CUDA_VISIBLE_DEVICES-unset}" >> CALLS
   if [[ "$name" == "$FAIL_START_ONCE" && ! -e "CALLS.$name.failed" ]]; then  # dies before its first step, once
     touch "CALLS.$name.failed"; echo "No available memory for the cache blocks"; exit 1
   fi
@@ -206,7 +207,7 @@ def _orchestrate(repo_root, tmp_path, **env_extra):
         (bin_dir / name).write_text(text.replace("CALLS", str(calls)))
         (bin_dir / name).chmod(0o755)
     knobs = {"STAGES", "DRY_RUN", "ROUNDS", "PROFILE", "MODEL", "PARALLEL", "RL_PARALLEL", "GPU_MEM_UTIL",
-             "EVAL_GPU_MEM"}
+             "EVAL_GPU_MEM", "RL_GPUS", "CUDA_VISIBLE_DEVICES"}
     env = {k: v for k, v in os.environ.items() if k not in knobs}
     env.update({"STAGES": "grpo,sft_more,sft_eval", "EXP_DIR": str(exp), "OUT_DIR": str(out), "SFT_STEPS": "1000",
                 "SFT_MORE_STEPS": "1000", "SFT_MORE_SAVE_FREQ": "500", "PYTHON": str(bin_dir / "python"),
@@ -272,6 +273,31 @@ def test_rl_stages_side_by_side_start_once_the_one_before_trains_with_a_larger_s
     assert {c for c in calls if c.startswith("grpoest")} == {"grpoest grpo_k2 gae", "grpoest grpo_k0 gae",
                                                              "grpoest grpo_k2_attempt mrgrpo_attempt"}
     assert "(vLLM share 0.3)" in stages and "all done (rc=0)" in stages
+
+
+def test_rl_stages_dealt_over_gpus_wait_only_for_the_one_before_them_on_their_gpu(repo_root, tmp_path):
+    """RL_GPUS=0,1: three stages go to GPUs 0, 1, 0; the first two start at once with the base share, the third waits
+    for the first (its GPU's) to train a step and takes 0.1 more; the second never waits for the first."""
+    proc, calls, stages, _ = _orchestrate(repo_root, tmp_path, STAGES="grpo,grpo_attempt,grpo_k0", RL_PARALLEL="1",
+                                          RL_GPUS="0,1", GPU_MEM_UTIL="0.4", FAKE_STARTUP_S="0.5",
+                                          FAKE_NEXT="grpo_k2:grpo_k2_attempt grpo_k2_attempt:grpo_k0")
+    assert proc.returncode == 0, proc.stderr + stages
+    gpus = {c.split()[1]: c.split()[2] for c in calls if c.startswith("grpogpu")}
+    assert gpus == {"grpo_k2": "0", "grpo_k2_attempt": "1", "grpo_k0": "0"}
+    mems = {n: c.split()[1] for n, c in zip(
+        [c.split()[1] for c in calls if c.startswith("grpo ")], [c for c in calls if c.startswith("grpomem")],
+        strict=True)}
+    assert mems == {"grpo_k2": "0.4", "grpo_k2_attempt": "0.4", "grpo_k0": "0.5"}  # 0.4 + 0.5 fits one GPU
+    assert calls.index("grpo grpo_k2_attempt") < calls.index("trained grpo_k2")  # alone on its GPU: no gate
+    assert calls.index("trained grpo_k2") < calls.index("grpo grpo_k0")
+    assert "on GPU 1" in stages and "all done (rc=0)" in stages
+
+
+def test_rl_gpus_that_are_not_gpu_numbers_are_refused(repo_root, tmp_path):
+    for bad in ("0;1", "gpu0", "0,,1"):
+        proc, calls, stages, _ = _orchestrate(repo_root, tmp_path / str(len(bad)) / bad.replace(";", "_"),
+                                              STAGES="grpo,grpo_attempt", RL_PARALLEL="1", RL_GPUS=bad)
+        assert proc.returncode == 2 and "RL_GPUS" in proc.stderr and calls == [] and stages == "", bad
 
 
 def test_a_run_that_dies_before_its_first_step_is_started_once_more(repo_root, tmp_path):

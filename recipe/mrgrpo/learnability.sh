@@ -13,7 +13,9 @@
 #   grpo_k0   the same as grpo with K=0 (one attempt): the feedback ablation
 #   The RL stages run one after the other, or side by side with RL_PARALLEL=1: each starts once the one before it
 #   has trained a step, with a vLLM share 0.1 above the one before it (GPU_MEM_UTIL, +0.1, ...), and a start that
-#   fails before its first step is tried once more (vLLM engines starting next to a running one: see EVAL_GPU_MEM)
+#   fails before its first step is tried once more (vLLM engines starting next to a running one: see EVAL_GPU_MEM).
+#   With RL_GPUS (e.g. 0,1) the stages side by side are dealt over those GPUs in turn (CUDA_VISIBLE_DEVICES): a
+#   stage alone on its GPU starts at once with GPU_MEM_UTIL; only stages sharing a GPU wait and step up the share
 #   SFT track
 #   sft_more  the control: SFT continued for SFT_MORE_STEPS more steps (GRPO's training wall time divided by the
 #             SFT stage's seconds per step; checkpoints every SFT_MORE_SAVE_FREQ steps for sft_eval), then evaluated
@@ -58,6 +60,7 @@ SEED=${SEED:-1}
 DRY_RUN=${DRY_RUN:-0}
 PARALLEL=${PARALLEL:-0}                  # 1: the RL track and the SFT track at once on the one GPU
 RL_PARALLEL=${RL_PARALLEL:-0}            # 1: the RL stages side by side (see above)
+RL_GPUS=${RL_GPUS:-}                     # with RL_PARALLEL=1: GPUs to deal the RL stages over (e.g. 0,1)
 RUN_TAG=${RUN_TAG:-}                     # appended to the GRPO run names (e.g. _attempt), see below
 # vLLM's share of the GPU for the evaluations (`mrgrpo eval`); default 0.15, or, with PARALLEL=1, 0.1 above the
 # largest GRPO share (GPU_MEM_UTIL, default 0.2 there, plus 0.1 per further RL stage with RL_PARALLEL=1), which it
@@ -97,7 +100,7 @@ grpo() {  # grpo NAME ROUNDS MODEL [overrides...]
   fi
   local try
   for try in 1 2; do
-    stamp "$name start${GPU_MEM_UTIL:+ (vLLM share $GPU_MEM_UTIL)}"
+    stamp "$name start${GPU_MEM_UTIL:+ (vLLM share $GPU_MEM_UTIL)}${CUDA_VISIBLE_DEVICES:+ on GPU $CUDA_VISIBLE_DEVICES}"
     if env "${env[@]}" bash "$SCRIPT_DIR/run_qwen3_apps.sh" "${SEEDS[@]}" "$@" > "$OUT_DIR/$name.log" 2>&1; then
       stamp "$name done"
       return 0
@@ -131,32 +134,47 @@ rl_stages() {  # one line per RL stage in STAGES: NAME ROUNDS [extra override]
 }
 
 rl_track() {
-  local rc=0 name rounds extra i=0 prev="" prev_pid="" pids=()
+  local rc=0 name rounds extra i=0 prev names=() pids=()
   while read -r name rounds extra; do
     if [[ "$RL_PARALLEL" != 1 || "$DRY_RUN" == 1 ]]; then
       grpo "$name" "$rounds" "$EXP_DIR/sft_model" ${extra:+"$extra"} "$@" < /dev/null || rc=1  # stdin: the list
       continue
     fi
-    if [[ -n "$prev" ]]; then  # side by side: start once the one before has trained a step (or has ended)
-      until trained "$prev" || ! kill -0 "$prev_pid" 2>/dev/null; do sleep "${GATE_POLL_S:-10}"; done
+    # side by side: stage i runs on GPU i mod n_gpu and, if one runs there already, starts once the one before it
+    # on that GPU has trained a step (or has ended)
+    if (( i >= n_gpu )); then
+      prev=$(( i - n_gpu ))
+      until trained "${names[prev]}" || ! kill -0 "${pids[prev]}" 2>/dev/null; do sleep "${GATE_POLL_S:-10}"; done
     fi
-    GPU_MEM_UTIL=${RL_SHARES[i]} grpo "$name" "$rounds" "$EXP_DIR/sft_model" ${extra:+"$extra"} "$@" < /dev/null &
-    prev=$name prev_pid=$! pids+=("$!") i=$((i + 1))
+    (  # a subshell of its own, so that its GPU is its own
+      if (( ${#GPU_LIST[@]} )); then export CUDA_VISIBLE_DEVICES=${GPU_LIST[i % n_gpu]}; fi
+      GPU_MEM_UTIL=${RL_SHARES[i]} grpo "$name" "$rounds" "$EXP_DIR/sft_model" ${extra:+"$extra"} "$@"
+    ) < /dev/null &
+    names+=("$name") pids+=("$!") i=$((i + 1))
   done < <(rl_stages)
   for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid" || rc=1; done
   return "$rc"
 }
 
 # vLLM shares, refused here, before anything runs, when engines side by side could not start. The RL stages side by
-# side get GPU_MEM_UTIL, +0.1, ... (RL_SHARES); one after the other, GPU_MEM_UTIL each.
+# side get GPU_MEM_UTIL, +0.1, ... on each GPU (RL_SHARES); one after the other, GPU_MEM_UTIL each.
+if [[ -n "$RL_GPUS" && ! "$RL_GPUS" =~ ^[0-9]+(,[0-9]+)*$ ]]; then
+  echo "learnability.sh: RL_GPUS must be GPU numbers separated by commas (e.g. 0,1), got '$RL_GPUS'" >&2
+  exit 2
+fi
+IFS=, read -r -a GPU_LIST <<< "$RL_GPUS"
+n_gpu=${#GPU_LIST[@]}
+(( n_gpu )) || n_gpu=1
 n_rl=$(rl_stages | wc -l)
 side=0
 if [[ "$RL_PARALLEL" == 1 ]] && (( n_rl > 1 )); then side=1; fi
 if (( side )) || [[ "$PARALLEL" == 1 ]]; then export GPU_MEM_UTIL=${GPU_MEM_UTIL:-0.2}; fi
-mapfile -t RL_SHARES < <(awk -v g="${GPU_MEM_UTIL:-0.2}" -v n="$n_rl" -v s="$side" \
-  'BEGIN { for (i = 0; i < (n > 0 ? n : 1); i++) print g + 0.1 * i * s }')
-top=${RL_SHARES[-1]} sum=${RL_SHARES[-1]}  # the largest share, and what all of them take at once
-if (( side )); then sum=$(printf '%s\n' "${RL_SHARES[@]}" | awk '{ a += $1 } END { print a }'); fi
+mapfile -t RL_SHARES < <(awk -v g="${GPU_MEM_UTIL:-0.2}" -v n="$n_rl" -v s="$side" -v k="$n_gpu" \
+  'BEGIN { for (i = 0; i < (n > 0 ? n : 1); i++) print g + 0.1 * int(i / k) * s }')
+top=${RL_SHARES[-1]} sum=${RL_SHARES[-1]}  # the largest share, and what the stages on one GPU take at once
+if (( side )); then  # the first GPU has the most stages
+  sum=$(printf '%s\n' "${RL_SHARES[@]}" | awk -v k="$n_gpu" '(NR - 1) % k == 0 { a += $1 } END { print a }')
+fi
 if [[ "$PARALLEL" == 1 ]]; then
   EVAL_GPU_MEM=${EVAL_GPU_MEM:-$(awk -v t="$top" 'BEGIN { print t + 0.1 }')}
   if ! awk -v e="$EVAL_GPU_MEM" -v t="$top" -v s="$sum" 'BEGIN { exit !(e > t && e + s <= 0.9 + 1e-9) }'; then
