@@ -66,9 +66,23 @@ _LL_FILE_RIGHTS = LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_TRUNCATE | LL_I
 
 def _check(ret: int, what: str) -> int:
     if ret == -1:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+        _raise(what)
     return ret
+
+
+def _raise(what: str):
+    err = ctypes.get_errno()
+    raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+# The calls a zygote makes for every test are prototyped once and build their error message only on failure: no
+# ctypes argument objects or strings per call. Every object the zygote writes while a test runs, or after one, costs
+# it a copy-on-write fault (the fork write-protected all its pages).
+_libc.fork.argtypes = ()
+_libc.unshare.argtypes = (ctypes.c_int,)
+_libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
+_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 
 
 def fork() -> int:
@@ -76,27 +90,35 @@ def fork() -> int:
     every registered at-fork callback, e.g. random's reseed and threading's bookkeeping, in the child: ~160 pages
     copied on write and ~0.4 ms of CPU per test here). Only for a process with one thread (the zygote): then there
     is no other thread whose state or locks the child could inherit half-way."""
-    return _check(_libc.fork(), "fork")
+    pid = _libc.fork()
+    if pid == -1:
+        _raise("fork")
+    return pid
 
 
 def unshare(flags: int) -> None:
-    _check(_libc.unshare(ctypes.c_int(flags)), f"unshare({flags:#x})")
+    if _libc.unshare(flags) == -1:
+        _raise(f"unshare({flags:#x})")
 
 
 def setns(fd: int, nstype: int) -> None:
-    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+    if _libc.setns(fd, nstype) == -1:
+        _raise("setns")
 
 
-def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    ret = _libc.mount(
-        source.encode(), target.encode(), fstype.encode() if fstype else None, ctypes.c_ulong(flags),
-        data.encode() if data else None,
-    )
-    _check(ret, f"mount {fstype or source} on {target}")
+def mount(source: str | bytes, target: str | bytes, fstype: str | bytes | None, flags: int,
+          data: str | bytes | None = None) -> None:
+    """mount(2); bytes arguments go to libc as they are (a caller that mounts often encodes its constants once)."""
+    if _libc.mount(source.encode() if type(source) is str else source,
+                   target.encode() if type(target) is str else target,
+                   fstype.encode() if type(fstype) is str else fstype or None, flags,
+                   data.encode() if type(data) is str else data or None) == -1:
+        _raise(f"mount {os.fsdecode(fstype or source)} on {os.fsdecode(target)}")
 
 
-def umount(target: str) -> None:
-    _check(_libc.umount2(target.encode(), ctypes.c_int(MNT_DETACH)), f"umount {target}")
+def umount(target: str | bytes) -> None:
+    if _libc.umount2(target.encode() if type(target) is str else target, MNT_DETACH) == -1:
+        _raise(f"umount {os.fsdecode(target)}")
 
 
 def prctl(option: int, arg: int) -> None:
