@@ -340,7 +340,8 @@ def test_a_failed_stage_fails_the_run_after_the_others_ran(repo_root, tmp_path):
 
 
 def test_help_prints_the_stages_and_every_knob_and_runs_nothing(repo_root, tmp_path):
-    for script, knobs in (("recipe/mrgrpo/learnability.sh", ("STAGES=", "PARALLEL=", "RL_GPUS=", "RUN_TAG=", "PYTHON=")),
+    learn_knobs = ("STAGES=", "PARALLEL=", "RL_GPUS=", "RUN_TAG=", "PYTHON=")
+    for script, knobs in (("recipe/mrgrpo/learnability.sh", learn_knobs),
                           ("recipe/mrgrpo/sft_synth.sh", ("EXP_DIR=", "SFT_STEPS=", "SFT_LR=", "PYTHON="))):
         for flag in ("--help", "-h"):
             proc = subprocess.run(["bash", script, flag], cwd=repo_root, capture_output=True, text=True, timeout=30,
