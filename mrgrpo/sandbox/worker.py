@@ -441,8 +441,9 @@ class _Zygote:
         deadline = start + lim["wall_s"]
         killed_at = None
         # With a slot cgroup, the CPU of ALL the test's processes is checked while it runs (RLIMIT_CPU is per
-        # process); the first check comes late enough that a quick test never pays for one.
-        cpu_check = start + _CPU_CHECK_S if self._cg_cpu(cg0) is not None else None
+        # process); the first check comes late enough that a quick test never pays for one. Whether the cgroup
+        # counts CPU is known from the reading taken before the fork: no read here, after it.
+        cpu_check = start + _CPU_CHECK_S if cg0 is not None and cg0[0] is not None else None
 
         try:
             while readers or not exited:
