@@ -110,10 +110,21 @@ class _Chunks:
 
 def send(fd: int, obj, buffers: list[_Chunks] = ()) -> None:
     """A framed marshal message; then, for each buffer, its length in the message and its raw bytes (wiped)."""
+    # Plain loops, no comprehensions: each comprehension is a function of its own that the zygote would touch
+    # (and so copy on write) after every test's fork.
+    parts, raw = [], []
+    for b in buffers:
+        n = 0
+        for p in b.parts:
+            parts.append(p)
+            n += len(p)
+        raw.append(n)
     if buffers:
-        obj = dict(obj, raw=[sum(len(p) for p in b.parts) for b in buffers])
+        obj = dict(obj, raw=raw)
     data = marshal.dumps(obj)
-    views = [memoryview(_HEADER.pack(len(data)) + data)] + [memoryview(p) for b in buffers for p in b.parts]
+    views = [memoryview(_HEADER.pack(len(data)) + data)]
+    for p in parts:
+        views.append(memoryview(p))
     try:
         for view in views:
             while view:
