@@ -406,7 +406,8 @@ class _Zygote:
             fds.remove(fd)
         pidfd = os.pidfd_open(pid)
         fds.append(pidfd)
-        return self._watch(pid, pidfd, start, lim, req.get("stdin", b""), in_w, out_r, err_r, ctl_r, ready_r, cg0)
+        return self._watch(pid, pidfd, start, lim, req.get("stdin", b""), in_w, out_r, err_r, ctl_r, ready_r, cg0,
+                           fds)
 
     def _wait_for_release(self) -> int:
         """Wait until the slot cgroup no longer holds an earlier test's memory (which would count against this
@@ -428,8 +429,9 @@ class _Zygote:
         now = self.cg.cpu_ns()
         return None if now is None else (now - cg0[0]) / 1e9
 
-    def _watch(self, pid, pidfd, start, lim, stdin, in_w, out_r, err_r, ctl_r, ready_r, cg0) -> dict:
+    def _watch(self, pid, pidfd, start, lim, stdin, in_w, out_r, err_r, ctl_r, ready_r, cg0, fds) -> dict:
         """Feed stdin, collect output under caps until the test's namespace is gone, enforce the deadline.
+        `in_w` leaves `fds` (what run_test closes) when it is closed here: no second close, no OSError per test.
 
         Output is read straight into bytearrays that are zeroed after sending, so no later program forked
         from this process can find an earlier program's output in its (copied) memory.
@@ -448,6 +450,7 @@ class _Zygote:
             poller.register(in_w, select.POLLOUT)
         else:
             os.close(in_w)
+            fds.remove(in_w)
             in_w = -1
         deadline = start + lim["wall_s"]
         killed_at = None
@@ -488,6 +491,7 @@ class _Zygote:
                         if not stdin_view:
                             poller.unregister(in_w)
                             os.close(in_w)
+                            fds.remove(in_w)
                             in_w = -1
                     elif fd == pidfd:
                         exited = True
@@ -505,6 +509,7 @@ class _Zygote:
                                 killed_at = self._kill(pid)
             if in_w != -1:
                 os.close(in_w)
+                fds.remove(in_w)
             _, status, usage = os.wait4(pid, 0)
             # The namespace is gone (its PID 1 reaped): every process of the test has exited and is accounted.
             cpu = usage.ru_utime + usage.ru_stime
