@@ -83,6 +83,8 @@ _libc.unshare.argtypes = (ctypes.c_int,)
 _libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
 _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
 _libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
+# ... and bound to names of their own: a CDLL attribute goes through its class's __getattr__ hook on every call.
+_fork, _unshare, _setns, _mount, _umount2 = _libc.fork, _libc.unshare, _libc.setns, _libc.mount, _libc.umount2
 
 
 def fork() -> int:
@@ -90,34 +92,34 @@ def fork() -> int:
     every registered at-fork callback, e.g. random's reseed and threading's bookkeeping, in the child: ~160 pages
     copied on write and ~0.4 ms of CPU per test here). Only for a process with one thread (the zygote): then there
     is no other thread whose state or locks the child could inherit half-way."""
-    pid = _libc.fork()
+    pid = _fork()
     if pid == -1:
         _raise("fork")
     return pid
 
 
 def unshare(flags: int) -> None:
-    if _libc.unshare(flags) == -1:
+    if _unshare(flags) == -1:
         _raise(f"unshare({flags:#x})")
 
 
 def setns(fd: int, nstype: int) -> None:
-    if _libc.setns(fd, nstype) == -1:
+    if _setns(fd, nstype) == -1:
         _raise("setns")
 
 
 def mount(source: str | bytes, target: str | bytes, fstype: str | bytes | None, flags: int,
           data: str | bytes | None = None) -> None:
     """mount(2); bytes arguments go to libc as they are (a caller that mounts often encodes its constants once)."""
-    if _libc.mount(source.encode() if type(source) is str else source,
-                   target.encode() if type(target) is str else target,
-                   fstype.encode() if type(fstype) is str else fstype or None, flags,
-                   data.encode() if type(data) is str else data or None) == -1:
+    if _mount(source.encode() if type(source) is str else source,
+              target.encode() if type(target) is str else target,
+              fstype.encode() if type(fstype) is str else fstype or None, flags,
+              data.encode() if type(data) is str else data or None) == -1:
         _raise(f"mount {os.fsdecode(fstype or source)} on {os.fsdecode(target)}")
 
 
 def umount(target: str | bytes) -> None:
-    if _libc.umount2(target.encode() if type(target) is str else target, MNT_DETACH) == -1:
+    if _umount2(target.encode() if type(target) is str else target, MNT_DETACH) == -1:
         _raise(f"umount {os.fsdecode(target)}")
 
 
