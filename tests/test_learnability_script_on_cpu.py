@@ -167,6 +167,13 @@ if [[ "$1 $2" == "-m verl.trainer.main_ppo" ]]; then
     touch "CALLS.$name.failed"; echo "No available memory for the cache blocks"; exit 1
   fi
   sleep "${FAKE_STARTUP_S:-0}"
+  # FAKE_HOLD="a:b": run a does not train its first step until run b has started (at most 60 s), so "b started
+  # without waiting for a's first step" needs no timing
+  for pair in $FAKE_HOLD; do
+    if [[ "${pair%%:*}" == "$name" ]]; then
+      for _ in $(seq 600); do grep -qx "grpo ${pair#*:}" CALLS && break; sleep 0.1; done
+    fi
+  done
   echo "step:1 - training/epoch:0"  # verl's console logger, as the gate reads it
   echo "trained $name" >> CALLS
   # FAKE_NEXT="a:b c:d": run a trains until run b has started (at most 60 s), so "side by side" needs no timing
@@ -279,7 +286,7 @@ def test_rl_stages_dealt_over_gpus_wait_only_for_the_one_before_them_on_their_gp
     """RL_GPUS=0,1: three stages go to GPUs 0, 1, 0; the first two start at once with the base share, the third waits
     for the first (its GPU's) to train a step and takes 0.1 more; the second never waits for the first."""
     proc, calls, stages, _ = _orchestrate(repo_root, tmp_path, STAGES="grpo,grpo_attempt,grpo_k0", RL_PARALLEL="1",
-                                          RL_GPUS="0,1", GPU_MEM_UTIL="0.4", FAKE_STARTUP_S="0.5",
+                                          RL_GPUS="0,1", GPU_MEM_UTIL="0.4", FAKE_HOLD="grpo_k2:grpo_k2_attempt",
                                           FAKE_NEXT="grpo_k2:grpo_k2_attempt grpo_k2_attempt:grpo_k0")
     assert proc.returncode == 0, proc.stderr + stages
     gpus = {c.split()[1]: c.split()[2] for c in calls if c.startswith("grpogpu")}
