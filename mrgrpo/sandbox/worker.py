@@ -540,7 +540,7 @@ class _Zygote:
             raise
 
     def _kill(self, pid: int) -> float:
-        """Kill every process of a test; returns when (a method, not a closure made for every test)."""
+        """Kill every process of a test; returns the time the kill was sent (a method, not a closure made per test)."""
         try:
             if self.pidns_fd is not None:
                 os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: everything in it dies
