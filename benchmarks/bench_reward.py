@@ -300,6 +300,63 @@ def run_judge(name: str, batch: list[dict], workers: int, processes: int = 1) ->
             "verdicts": [r[1] for r in results]}
 
 
+# The named baseline of the per-test table: the least a fork-per-test runner of the same interpreter can cost. The
+# same preloaded modules, one fork per test from a warm Python process, stdin and stdout through pipes, the child
+# reaped; no namespace, tmpfs, Landlock, seccomp, rlimit, uid, cgroup or output cap. What the sandbox costs on top of
+# this is what its isolation and machinery cost, wherever a page copy lands (zygote or test process).
+_BARE_RUNNER = r"""
+import gc, json, os, sys
+for name in json.loads(sys.argv[2]):
+    __import__(name)
+code = compile("print(input())", "solution.py", "exec")
+gc.freeze()
+right = 0
+for _ in range(int(sys.argv[1])):
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(in_r, 0)
+        os.dup2(out_w, 1)
+        for fd in (in_r, in_w, out_r, out_w):
+            os.close(fd)
+        exec(code, {"__name__": "__main__"})
+        sys.stdout.flush()
+        os._exit(0)
+    os.close(in_r)
+    os.close(out_w)
+    os.write(in_w, b"x\n")
+    os.close(in_w)
+    out = b""
+    while chunk := os.read(out_r, 65536):
+        out += chunk
+    os.close(out_r)
+    os.waitpid(pid, 0)
+    right += out == b"x\n"
+print(right)
+"""
+
+
+def bare_runner(n: int) -> tuple[float, float]:
+    """(wall, CPU of all processes) per test of `_BARE_RUNNER`, `n` trivial tests serially (start-up excluded)."""
+    import subprocess
+
+    from mrgrpo.sandbox import worker
+
+    def run(count: int) -> tuple[float, float]:
+        cpu0, start = _own_cpu(), time.perf_counter()
+        out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _BARE_RUNNER, str(count),
+                              json.dumps(worker._PRELOAD)], check=True, stdout=subprocess.PIPE, text=True).stdout
+        wall, cpu = time.perf_counter() - start, _own_cpu() - cpu0
+        if out.strip() != str(count):
+            raise RuntimeError(f"the bare runner echoed {out.strip()} of {count} inputs")
+        return wall, cpu
+
+    wall0, cpu0 = run(0)  # start-up and imports alone
+    wall, cpu = run(n)
+    return (wall - wall0) / n, (cpu - cpu0) / n
+
+
 def overhead(workers: int, serial: bool = True) -> list[tuple[str, str]]:
     """Per test, trivial programs: the sandbox's own cost (wall, and CPU of all processes)."""
     from mrgrpo.sandbox import Job, run, run_batch, shutdown
@@ -331,6 +388,12 @@ def overhead(workers: int, serial: bool = True) -> list[tuple[str, str]]:
                      f"{cpu / n * 1e3:.2f} ms / {program / n * 1e3:.2f} ms"))
         rows.append(("same, CPU per test of the judging process / the sandbox's own processes (launcher, zygote)",
                      f"{parent / n * 1e3:.2f} ms / {sandbox / n * 1e3:.2f} ms"))
+        bare_wall, bare_cpu = bare_runner(n)
+        rows.append(("baseline: bare fork runner (same interpreter and preloads, no isolation), serial: wall / CPU "
+                     "per test of all processes", f"{bare_wall * 1e3:.2f} ms / {bare_cpu * 1e3:.2f} ms"))
+        extra = cpu / n - bare_cpu
+        rows.append(("sandbox minus baseline: CPU per test of all processes (isolation and machinery, wherever "
+                     "page copies land)", f"{extra * 1e3:.2f} ms ({cpu / n / bare_cpu:.2f}x the baseline)"))
     jobs = [Job(code="print(input())", inputs=["x"] * 20, outputs=["x"] * 20) for _ in range(40 * workers)]
     run_batch(jobs[:workers], workers=workers)
     start = time.perf_counter()

@@ -27,3 +27,24 @@ def test_a_batch_judged_from_several_processes_comes_back_in_order_and_right():
     assert three["verdicts"] == one["verdicts"]  # the shards were put back in batch order
     assert three["tests_run"] == one["tests_run"] > 0 and three["floor"] > 0  # program CPU came back from each shard
     assert three["cpu"] > three["floor"]  # the judging processes' own CPU is counted too
+
+
+def test_the_bare_runner_baseline_runs_each_test_and_reads_its_output():
+    bench = _bench()
+    wall, cpu = bench.bare_runner(3)  # raises unless all 3 forked programs echoed their input
+    assert isinstance(wall, float) and isinstance(cpu, float)
+
+
+def test_the_layer_benchmark_leaves_out_the_layer_it_names_and_restores_the_switch():
+    _bench()  # bench_sandbox_layers imports it
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sandbox_layers.py"
+    spec = importlib.util.spec_from_file_location("bench_sandbox_layers", path)
+    layers_bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layers_bench)
+    from mrgrpo.sandbox import pool
+
+    cpu, layers = layers_bench.measure({"seccomp"}, 2)
+    assert cpu > 0 and layers["seccomp"] is False  # the slot ran without the layer it was told to leave out
+    assert pool.DISABLE == set()  # production's switch is back to "everything on"
+    _, layers_on = layers_bench.measure(set(), 2)
+    assert pool.DISABLE == set() and set(layers_on) == set(layers)
