@@ -95,8 +95,9 @@ def program(monkeypatch, tmp_path):
         try:
             for fd in (0, 1, 2, 3):
                 os.dup2(files[fd], fd)
+            streams = worker._test_streams()  # as the zygote makes them (over pipes on 0-2), now over the files
             with pytest.raises(_Exited) as exited, _no_hang():
-                worker._run_program(compiled, req, str(tmp_path), preamble)
+                worker._run_program(compiled, req, str(tmp_path), preamble, streams)
         finally:
             for fd in (0, 1, 2, 3):
                 if saved[fd] is None:

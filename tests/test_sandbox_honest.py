@@ -173,3 +173,15 @@ def test_each_test_gets_fresh_randomness():
         seen += [t.stdout for t in result.tests]
     assert len(seen) == 4 and all(s.strip() for s in seen)
     assert len({s.split()[0] for s in seen}) == 4 and len({s.split()[1] for s in seen}) == 4
+
+
+def test_output_a_test_left_unflushed_never_reaches_a_later_test():
+    """sys.stdin/stdout/stderr are made once in the zygote and copied into every test: each test must get them
+    pristine. A test that writes and exits without flushing loses its text; the next test must not print it."""
+    code = ("import sys, os\ns = input()\nsys.stdout.write('seen:' + s)\nsys.stderr.write('err:' + s)\n"
+            "sys.stdin.read()\nif s == 'a':\n    os._exit(0)\n")
+    result = run(Job(code=code, inputs=["a\n", "b\n", "a\n", "b\n"], outputs=["", "seen:b", "", "seen:b"],
+                     stop_on_first_failure=False))
+    assert [t.stdout for t in result.tests] == ["", "seen:b", "", "seen:b"]
+    assert all("err:a" not in t.stderr for t in result.tests[1::2])  # stderr is line-buffered: 'err:b' only
+    assert result.verdict == Verdict.AC
