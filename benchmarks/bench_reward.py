@@ -186,6 +186,12 @@ def _live_children() -> list[int]:
         return []
 
 
+def cpu_mark() -> float:
+    """CPU so far of this process, its reaped children and its live ones: the difference of two marks, the second
+    taken once the children have exited and been reaped, is what everything in between cost."""
+    return _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
+
+
 def _warm_mrgrpo(workers: int) -> None:
     """Count the programs' CPU (the floor) and start this process's sandbox pool of `workers` slots."""
     from mrgrpo.sandbox import Job, run_batch, shutdown
@@ -264,7 +270,7 @@ def _judge_here(name: str, batch: list[dict], workers: int) -> tuple[list, float
         list(executor.map(_verl_one, batch[:workers]))  # warm the processes (imports)
     # CPU of everything from here on: ours, and our children's once reaped, minus what the live (warmed-up)
     # children had already used.
-    cpu0 = _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
+    cpu0 = cpu_mark()
     _program_cpu[:] = [0.0, 0]
     start = time.perf_counter()
     with executor:
@@ -373,7 +379,7 @@ def overhead(workers: int, serial: bool = True) -> list[tuple[str, str]]:
             usage = resource.getrusage(resource.RUSAGE_SELF)
             return usage.ru_utime + usage.ru_stime
 
-        cpu0 = _own_cpu() + sum(_proc_cpu(c) for c in _live_children())
+        cpu0 = cpu_mark()
         parent0, sandbox0 = parent_cpu(), sum(_tree_self_cpu(c) for c in _live_children())
         start = time.perf_counter()
         result = run(job)

@@ -49,7 +49,7 @@ def measure(disable: set[str], n: int) -> tuple[float, dict]:
         job = Job(code="print(input())", inputs=["x"] * n, outputs=["x"] * n)
         run(Job(code="print(input())", inputs=["x"], outputs=["x"]))  # start the slot (not counted)
         layers = dict(pool.get_pool()._slots[0].layers)
-        cpu0 = bench_reward._own_cpu() + sum(bench_reward._proc_cpu(c) for c in bench_reward._live_children())
+        cpu0 = bench_reward.cpu_mark()
         result = run(job)
         shutdown()  # the slot's processes exit and are reaped: all their CPU is in RUSAGE_CHILDREN now
         cpu = bench_reward._own_cpu() - cpu0

@@ -196,3 +196,13 @@ def test_limits_still_apply_after_admission():
 
     result = run(Job(code="while True: pass", inputs=[""], outputs=[""], limits=Limits(time_s=1, wall_s=2)))
     assert result.verdict is Verdict.TLE
+
+
+def test_a_uid_index_reads_as_leased_exactly_while_someone_holds_it(tmp_path):
+    k, fd = admission.lease_uid_index(str(tmp_path))
+    assert admission.uid_index_leased(k, str(tmp_path))
+    other, other_fd = admission.lease_uid_index(str(tmp_path))
+    assert other != k  # asking did not take the lease from its holder
+    admission.release_uid_lease(other_fd)
+    admission.release_uid_lease(fd)
+    assert not admission.uid_index_leased(k, str(tmp_path))

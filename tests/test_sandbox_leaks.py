@@ -32,16 +32,6 @@ print(input())""", Verdict.AC)
 _SANDBOX_UIDS = range(1_000_000_000, 2_000_000_000)
 
 
-def _leased_elsewhere(index: int) -> bool:
-    """Whether a live slot of another process on this node holds uid index `index` now (after our shutdown the
-    index, its uid and its slot cgroup `mrgrpo-slot-<index>` may be theirs: not something we left behind)."""
-    fd = admission._open_lock(os.path.join(admission.default_dir(), "uids", f"uid-{index}"))
-    try:
-        return not admission._try_lock(fd)
-    finally:
-        os.close(fd)  # closing drops the lock if we took it
-
-
 def _sysv_objects() -> set[tuple[str, str]]:
     out = set()
     for kind in ("shm", "sem", "msg"):
@@ -115,19 +105,18 @@ def _check_no_leaks(n_jobs: int) -> None:
     assert os.path.isdir(base_dir)
     uids = [slot.uid for slot in pool._slots if slot.uid is not None]
     assert len(uids) == len(set(uids))  # every slot its own uid
-    cgroup_dirs = [d for slot in pool._slots if slot.cgroup is not None for d in slot.cgroup.dirs]
-    cgroup_dirs += [slot.cgroup.auto_parent for slot in pool._slots if slot.cgroup and slot.cgroup.auto_parent]
+    cgroup_dirs = [(slot.uid, d) for slot in pool._slots if slot.cgroup is not None for d in slot.cgroup.dirs]
+    cgroup_dirs += [(None, slot.cgroup.auto_parent) for slot in pool._slots if slot.cgroup and slot.cgroup.auto_parent]
     shutdown()
     assert _sysv_objects() <= sysv_before  # nothing created in the host's IPC namespace
     assert _key_users() <= keys_before  # no sandbox uid owns a kernel key
     # Other sandbox users on the node (another training job, a test run beside this one) may lease our indices
     # once we let them go: what is under an index leased elsewhere now is theirs.
-    ours = {uid for uid in uids if not _leased_elsewhere(uid - pool_mod._UID_BASE)}
+    # (after our shutdown, a uid index leased at all is leased by another process)
+    ours = {uid for uid in uids if not admission.uid_index_leased(uid - pool_mod._UID_BASE)}
     assert _processes_of(ours) == []  # no process left under our slots' uids
-    left = [d for d in cgroup_dirs if os.path.exists(d)]
-    left = [d for d in left if not (os.path.basename(d).startswith("mrgrpo-slot-")
-                                    and _leased_elsewhere(int(os.path.basename(d).rsplit("-", 1)[1])))]
-    assert not left  # slot cgroups (and a parent we made) removed
+    # slot cgroups (named after their slot's uid index) and a parent we made are removed
+    assert not [d for uid, d in cgroup_dirs if os.path.exists(d) and (uid is None or uid in ours)]
     assert _children() == children_before
     assert _open_fds() <= fds_before  # no descriptor the sandbox opened is still open
     assert not os.path.exists(base_dir)  # slot directories (tmpfs mount points) and test directories are gone

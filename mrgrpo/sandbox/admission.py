@@ -282,15 +282,27 @@ def lease_uid_index(directory: str | None = None) -> tuple[int, int]:
     The leases live in the default node-wide directory whatever MRGRPO_SANDBOX_ADMISSION_DIR says: a uid (and
     the slot cgroup named after it) must be unique among ALL slots of the node, not among those sharing a budget.
     """
-    d = _private_dir(os.path.join(_private_dir(directory or default_dir()), "uids"))
     k = 0
     while True:
-        fd = _open_lock(os.path.join(d, f"uid-{k}"))
+        fd = _open_lock(_uid_lease_path(k, directory))
         if _try_lock(fd):
             _hold(fd)
             return k, fd
         os.close(fd)
         k += 1
+
+
+def uid_index_leased(k: int, directory: str | None = None) -> bool:
+    """Whether a live slot on this node (in any process, this one included) holds uid index `k` now."""
+    fd = _open_lock(_uid_lease_path(k, directory))
+    try:
+        return not _try_lock(fd)
+    finally:
+        os.close(fd)  # drops the lock if we just took it
+
+
+def _uid_lease_path(k: int, directory: str | None) -> str:
+    return os.path.join(_private_dir(os.path.join(_private_dir(directory or default_dir()), "uids")), f"uid-{k}")
 
 
 def release_uid_lease(fd: int) -> None:
