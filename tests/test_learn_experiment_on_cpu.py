@@ -97,6 +97,35 @@ def test_learning_curves_sft_plateau_and_headline(repo_root, tmp_path):
     table = lc.headline({"grpo_k2": grpo}, rows, {"pass1_synth_nodemo": 0.25})
     assert "| grpo_k2 | 35.0 | +14.0 | +10.0 |" in table
     assert "n/a" in lc.headline({"grpo_k2": grpo}, rows, None)
+    # against the BEST SFT checkpoint, not the last one: a noisy high point in the middle counts for SFT
+    bumpy = rows[:1] + [{"step": 800, "pass1_synth_nodemo": 0.27}] + rows[2:]
+    table = lc.headline({"grpo_k2": grpo}, bumpy, None)
+    assert "| grpo_k2 | 35.0 | +8.0 | n/a |" in table and "step 800 of 200, 800, 1200" in table
+
+
+def test_learning_curves_put_the_control_on_the_sft_curve(repo_root, tmp_path):
+    """The control is the SFT run's last checkpoint: with its step known (sft_more_eval/step, or --control-step),
+    the plateau check ends there and the control counts among the SFT checkpoints."""
+    spec = importlib.util.spec_from_file_location("learning_curves", repo_root / "benchmarks/learning_curves.py")
+    lc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lc)
+    for step, nodemo in ((1000, 0.20), (1500, 0.30)):
+        (tmp_path / f"sft_eval/step_{step}").mkdir(parents=True)
+        (tmp_path / f"sft_eval/step_{step}/summary.json").write_text(json.dumps(_eval_summary(nodemo, 0.5)))
+    (tmp_path / "sft_more_eval").mkdir()
+    (tmp_path / "sft_more_eval/summary.json").write_text(json.dumps(_eval_summary(0.31, 0.5)))
+    (tmp_path / "sft_more_eval/step").write_text("2400\n")
+    assert lc.main([str(tmp_path)]) == 0
+    steps = [line.split(",")[0] for line in (tmp_path / "sft_eval.csv").read_text().splitlines()[1:]]
+    assert steps == ["1000", "1500", "2400"]
+    rows = lc.read_sft_evals(tmp_path) + [{"step": 2400, **lc.read_eval(tmp_path / "sft_more_eval/summary.json")}]
+    p = lc.plateau(rows, "synth_nodemo")  # 1500 is the latest at or before 2/3 of 2400: at least a further 50%
+    assert (p["ref_step"], p["last_step"], p["flat"]) == (1500, 2400, True)
+    p = lc.plateau(rows[:1] + rows[2:], "synth_nodemo")  # none at or before 1600 but 1000: from there
+    assert (p["ref_step"], p["flat"]) == (1000, False)
+    assert lc.main([str(tmp_path), "--control-step", "3000"]) == 0
+    steps = [line.split(",")[0] for line in (tmp_path / "sft_eval.csv").read_text().splitlines()[1:]]
+    assert steps == ["1000", "1500", "3000"]
 
 
 def test_learning_curves_compare_runs_and_tell_whether_they_share_a_start(repo_root, tmp_path):

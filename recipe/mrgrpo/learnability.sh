@@ -32,7 +32,7 @@
 # DRY_RUN=1 prints, for each GRPO stage, the launch command run_qwen3_apps.sh would run, and runs nothing.
 # run_qwen3_apps.sh's own knobs (GPU_MEM_UTIL, BATCH_SIZE, LR, ...) pass through to the GRPO runs.
 #
-# The run of docs/results/learning.md (its settings are the defaults; ~25 min on one H200 with PARALLEL=1):
+# The runs of docs/results/learning.md (their settings are the defaults; ~30 min on one H200 with PARALLEL=1):
 #   PARALLEL=1 bash recipe/mrgrpo/learnability.sh && python benchmarks/learning_curves.py OUT_DIR
 #
 # usage: [VAR=value ...] bash recipe/mrgrpo/learnability.sh [extra hydra overrides for the GRPO runs ...]
@@ -50,7 +50,7 @@ CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mrgrpo}
 EXP_DIR=${EXP_DIR:-$CACHE_DIR/learn_exp}
 OUT_DIR=${OUT_DIR:-$EXP_DIR/runs}
 SFT_STEPS=${SFT_STEPS:-1000}                  # the defaults are those of the run in docs/results/learning.md
-SFT_MORE_STEPS=${SFT_MORE_STEPS:-1000}
+SFT_MORE_STEPS=${SFT_MORE_STEPS:-2400}       # GRPO's 40 steps of training wall time in SFT steps (fifth lease)
 SFT_MORE_SAVE_FREQ=${SFT_MORE_SAVE_FREQ:-500}
 SFT_EVAL_STEPS=${SFT_EVAL_STEPS:-}        # e.g. "1500 1000 600": checkpoints to evaluate, in this order
 ROUNDS=${ROUNDS:-2}
@@ -232,8 +232,13 @@ sft_more_stage() {  # returns 1 when training failed, 2 when only its evaluation
   EXP_DIR="$EXP_DIR" SFT_STEPS=$(( SFT_STEPS + SFT_MORE_STEPS )) SAVE_FREQ="$SFT_MORE_SAVE_FREQ" \
     SFT_MODEL="$EXP_DIR/sft_more_model" SEED="$SEED" PYTHON="$PYTHON" bash "$SCRIPT_DIR/sft_synth.sh" \
     > "$OUT_DIR/sft_more.log" 2>&1 || { stamp "sft_more FAILED (see $OUT_DIR/sft_more.log)"; return 1; }
-  evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval" || return 2
+  evaluate_control || return 2
   stamp "sft_more done"
+}
+
+evaluate_control() {  # the control's pass@1, and its SFT step (for learning_curves.py's SFT curve)
+  evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval" || return 1
+  echo $(( SFT_STEPS + SFT_MORE_STEPS )) > "$OUT_DIR/sft_more_eval/step"
 }
 
 rc=0
@@ -245,7 +250,7 @@ if [[ "$PARALLEL" == 1 ]]; then
   if has sft_eval; then sft_eval_stage || true; fi  # what fails to start next to GRPO runs again below
   wait "$rl_pid" || rc=1
   if (( more_rc == 2 )); then  # the control trained but its evaluation failed next to GRPO: again, alone
-    if evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval"; then more_rc=0; stamp "sft_more done"; fi
+    if evaluate_control; then more_rc=0; stamp "sft_more done"; fi
   fi
   (( more_rc == 0 )) || rc=1
   if has sft_eval; then sft_eval_stage || rc=1; fi
