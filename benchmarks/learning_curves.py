@@ -79,7 +79,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
             w.writerow(row)
 
 
-def plot(runs: dict[str, list[dict]], path: Path, sft_rows: list[dict] = ()) -> None:
+def plot(runs: dict[str, list[dict]], path: Path, sft_rows: list[dict] = (), control: dict | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,6 +94,12 @@ def plot(runs: dict[str, list[dict]], path: Path, sft_rows: list[dict] = ()) -> 
         pts = [(r["step"], r["pass1_synth_nodemo"]) for r in rows if "pass1_synth_nodemo" in r]
         if pts:
             nodemo_ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=name)
+    # what SFT got on that split: its best checkpoint and the equal-wall-time control, as levels to beat
+    best = max((r["pass1_synth_nodemo"] for r in sft_rows if "pass1_synth_nodemo" in r), default=None)
+    for level, style, label in ((best, ":", "best SFT checkpoint"),
+                                ((control or {}).get("pass1_synth_nodemo"), "--", "SFT control (equal wall time)")):
+        if level is not None:
+            nodemo_ax.axhline(level, color="gray", ls=style, lw=1, label=f"{label} {100 * level:.1f}%")
     nodemo_ax.set_title("held-out pass@1, no-demonstration split")
     nodemo_ax.set_xlabel("step")
     nodemo_ax.grid(alpha=0.3)
@@ -286,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {split} | {100 * p['ref']:.1f} ({p['ref_step']}) | {100 * p['last']:.1f} ({p['last_step']}) "
                       f"| {'yes' if p['flat'] else 'no'} |")
     if runs:
-        plot(runs, out / "curves.png", sft_rows)
+        plot(runs, out / "curves.png", sft_rows, control)
         written.append("curves.png")
         print(summary(runs))
         print(headline(runs, sft_rows, control))
