@@ -79,7 +79,8 @@ def write_csv(rows: list[dict], path: Path) -> None:
             w.writerow(row)
 
 
-def plot(runs: dict[str, list[dict]], path: Path, sft_rows: list[dict] = (), control: dict | None = None) -> None:
+def plot(runs: dict[str, list[dict]], path: Path, sft_rows: list[dict] = (), control: dict | None = None):
+    """Writes the curves to `path`; returns the matplotlib figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,6 +131,7 @@ def plot(runs: dict[str, list[dict]], path: Path, sft_rows: list[dict] = (), con
             ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def summary(runs: dict[str, list[dict]]) -> str:

@@ -42,6 +42,14 @@ def test_learning_curves_read_verls_file_logger(repo_root, tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[2]["pass1_synth_nodemo"] == 0.5
     assert "| grpo_k2 | synth_nodemo | 25.0 (step 0) | 50.0 (step 2) | +25.0 |" in lc.summary({"grpo_k2": rows})
     assert lc.main([str(tmp_path)]) == 0 and (tmp_path / "curves.png").stat().st_size > 0
+    # the no-demonstration panel shows what SFT got as levels to beat: its best checkpoint and the control
+    sft = [{"step": 1000, "pass1_synth_nodemo": 0.2}, {"step": 1500, "pass1_synth_nodemo": 0.3}]
+    fig = lc.plot({"grpo_k2": rows}, tmp_path / "c.png", sft, {"pass1_synth_nodemo": 0.25})
+    nodemo_ax = fig.axes[-1]
+    levels = {line.get_label(): line.get_ydata()[0] for line in nodemo_ax.get_lines() if line.get_label() != "grpo_k2"}
+    assert levels == {"best SFT checkpoint 30.0%": 0.3, "SFT control (equal wall time) 25.0%": 0.25}
+    fig = lc.plot({"grpo_k2": rows}, tmp_path / "d.png")
+    assert [line.get_label() for line in fig.axes[-1].get_lines()] == ["grpo_k2"]  # no SFT side: no levels
 
 
 def test_rl_train_holds_every_nodemo_row_and_ratio_times_as_many_demonstrated(tmp_path):
