@@ -52,7 +52,7 @@ def measure(disable: set[str], n: int) -> tuple[float, dict]:
         cpu0 = bench_reward.cpu_mark()
         result = run(job)
         shutdown()  # the slot's processes exit and are reaped: all their CPU is in RUSAGE_CHILDREN now
-        cpu = bench_reward._own_cpu() - cpu0
+        cpu = bench_reward.cpu_mark() - cpu0
     finally:
         pool.DISABLE = set()
     if result.verdict.value != "AC":

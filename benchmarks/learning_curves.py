@@ -96,7 +96,7 @@ def plot(runs: dict[str, list[dict]], path: Path, sft_rows: list[dict] = (), con
         if pts:
             nodemo_ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=name)
     # what SFT got on that split: its best checkpoint and the equal-wall-time control, as levels to beat
-    best = max((r["pass1_synth_nodemo"] for r in sft_rows if "pass1_synth_nodemo" in r), default=None)
+    best = (best_sft(sft_rows, "synth_nodemo") or {}).get("pass1_synth_nodemo")
     for level, style, label in ((best, ":", "best SFT checkpoint"),
                                 ((control or {}).get("pass1_synth_nodemo"), "--", "SFT control (equal wall time)")):
         if level is not None:
@@ -174,6 +174,20 @@ def read_sft_evals(runs_dir: Path) -> list[dict]:
     return sorted(rows, key=lambda r: r["step"])
 
 
+def best_sft(sft_rows: list[dict], split: str) -> dict | None:
+    """The SFT checkpoint with the highest pass@1 on `split` (the plateau taken at its highest), or None."""
+    col = f"pass1_{split}"
+    return max((r for r in sft_rows if col in r), key=lambda r: r[col], default=None)
+
+
+def with_control(sft_rows: list[dict], control: dict | None, control_step: int | None) -> list[dict]:
+    """The SFT curve with the control on it as its checkpoint at `control_step` (when both are known)."""
+    if not control or control_step is None:
+        return sft_rows
+    return sorted([r for r in sft_rows if r["step"] != control_step] + [{"step": control_step, **control}],
+                  key=lambda r: r["step"])
+
+
 def plateau(sft_rows: list[dict], split: str, tolerance: float = 0.02) -> dict | None:
     """The last checkpoint against the latest one at or before 2/3 of its steps (the first one if none is), so that
     the window is a further 50% of steps or more: flat within `tolerance`."""
@@ -192,7 +206,7 @@ def headline(runs: dict[str, list[dict]], sft_rows: list[dict], control: dict | 
     """GRPO's last held-out pass@1 on `split` against the best SFT checkpoint and the SFT continuation control."""
     col = f"pass1_{split}"
     sft_pts = [r for r in sft_rows if col in r]
-    best = max(sft_pts, key=lambda r: r[col]) if sft_pts else None
+    best = best_sft(sft_rows, split)
     lines = [f"| run | {split} pass@1 (last eval) | vs best SFT checkpoint (want >= +10) | vs SFT control "
              "(want >= +8) |", "|---|---|---|---|"]
     for name, rows in runs.items():
@@ -270,11 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     control_path = args.runs_dir / "sft_more_eval/summary.json"
     control = read_eval(control_path) if control_path.is_file() else None
     step_file = args.runs_dir / "sft_more_eval/step"
-    if args.control_step is None and step_file.is_file():
-        args.control_step = int(step_file.read_text())
-    if control and args.control_step is not None:  # the control is the SFT curve's last checkpoint
-        sft_rows = sorted([r for r in sft_rows if r["step"] != args.control_step]
-                          + [{"step": args.control_step, **control}], key=lambda r: r["step"])
+    control_step = args.control_step
+    if control_step is None and step_file.is_file():
+        control_step = int(step_file.read_text())
+    sft_rows = with_control(sft_rows, control, control_step)
     if not runs and not sft_rows:
         raise SystemExit(f"no *.jsonl and no sft_eval/step_*/summary.json in {args.runs_dir}")
     written = []

@@ -126,7 +126,7 @@ def test_learning_curves_put_the_control_on_the_sft_curve(repo_root, tmp_path):
     assert lc.main([str(tmp_path)]) == 0
     steps = [line.split(",")[0] for line in (tmp_path / "sft_eval.csv").read_text().splitlines()[1:]]
     assert steps == ["1000", "1500", "2400"]
-    rows = lc.read_sft_evals(tmp_path) + [{"step": 2400, **lc.read_eval(tmp_path / "sft_more_eval/summary.json")}]
+    rows = lc.with_control(lc.read_sft_evals(tmp_path), lc.read_eval(tmp_path / "sft_more_eval/summary.json"), 2400)
     p = lc.plateau(rows, "synth_nodemo")  # 1500 is the latest at or before 2/3 of 2400: at least a further 50%
     assert (p["ref_step"], p["last_step"], p["flat"]) == (1500, 2400, True)
     p = lc.plateau(rows[:1] + rows[2:], "synth_nodemo")  # none at or before 1600 but 1000: from there

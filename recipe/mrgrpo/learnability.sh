@@ -32,7 +32,8 @@
 # DRY_RUN=1 prints, for each GRPO stage, the launch command run_qwen3_apps.sh would run, and runs nothing.
 # run_qwen3_apps.sh's own knobs (GPU_MEM_UTIL, BATCH_SIZE, LR, ...) pass through to the GRPO runs.
 #
-# The runs of docs/results/learning.md (their settings are the defaults; ~30 min on one H200 with PARALLEL=1):
+# The runs of docs/results/learning.md (their settings are the defaults; the first run took ~25 min on one H200
+# with PARALLEL=1 and a 1000-step control; the default 2400-step control ran beside GRPO within its time):
 #   PARALLEL=1 bash recipe/mrgrpo/learnability.sh && python benchmarks/learning_curves.py OUT_DIR
 #
 # usage: [VAR=value ...] bash recipe/mrgrpo/learnability.sh [extra hydra overrides for the GRPO runs ...]
