@@ -15,7 +15,9 @@ more) and the headline table: the no-demonstration split's pass@1 after GRPO aga
 evaluated (the plateau, taken at its highest, which favours SFT: +10 points wanted) and against the SFT continuation
 control (+8 points wanted).
 The control is an SFT checkpoint too: its step (``--control-step``, else ``sft_more_eval/step`` as
-learnability.sh writes it) puts it on the SFT curve, so the plateau check reaches the last SFT step trained.
+learnability.sh writes it) puts it on the SFT curve, so the plateau check reaches the last SFT step trained. With the
+step GRPO started from (``--start-step``, else ``sft_more_eval/start``) the check is also made of that checkpoint
+against the first one at 1.5x its steps or more: is the start itself at the plateau.
 
 With several runs, each is compared with ``--baseline`` (default ``grpo_k2``) at their last common validation step
 (`compare`): pass@1 per split with the difference's standard error, gains since step 0, first-attempt public pass,
@@ -188,17 +190,28 @@ def with_control(sft_rows: list[dict], control: dict | None, control_step: int |
                   key=lambda r: r["step"])
 
 
-def plateau(sft_rows: list[dict], split: str, tolerance: float = 0.02) -> dict | None:
-    """The last checkpoint against the latest one at or before 2/3 of its steps (the first one if none is), so that
-    the window is a further 50% of steps or more: flat within `tolerance`."""
+def plateau(sft_rows: list[dict], split: str, tolerance: float = 0.02, start: int | None = None) -> dict | None:
+    """Flat within `tolerance` over a further 50% of steps or more. Without `start`: the last checkpoint against the
+    latest one at or before 2/3 of its steps (the first one if none is). With `start` (the SFT step GRPO started
+    from): that checkpoint against the first one at or after 1.5x its steps, the issue's test of the start itself;
+    None when either is not evaluated. `spread` is the largest minus the smallest pass@1 from the reference on."""
     pts = [(r["step"], r[f"pass1_{split}"]) for r in sft_rows if f"pass1_{split}" in r]
-    if len(pts) < 2:
-        return None
-    last_step, last = pts[-1]
-    early = [p for p in pts[:-1] if 3 * p[0] <= 2 * last_step]
-    ref_step, ref = early[-1] if early else pts[0]
+    if start is None:
+        if len(pts) < 2:
+            return None
+        last_step, last = pts[-1]
+        early = [p for p in pts[:-1] if 3 * p[0] <= 2 * last_step]
+        ref_step, ref = early[-1] if early else pts[0]
+    else:
+        ref = dict(pts).get(start)
+        later = [p for p in pts if 2 * p[0] >= 3 * start]
+        if ref is None or not later:
+            return None
+        ref_step, (last_step, last) = start, later[0]
+    after = [v for s, v in pts if s >= ref_step]
     return {"split": split, "ref_step": ref_step, "ref": ref, "last_step": last_step, "last": last,
-            "flat": abs(last - ref) <= tolerance + 1e-9}  # 94/300 - 88/300 is 2 points, not 2.0000000000000018
+            "flat": abs(last - ref) <= tolerance + 1e-9,  # 94/300 - 88/300 is 2 points, not 2.0000000000000018
+            "spread": max(after) - min(after)}
 
 
 def headline(runs: dict[str, list[dict]], sft_rows: list[dict], control: dict | None,
@@ -276,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control-step", type=int, default=None,
                     help="the SFT step of the continuation control (sft_more_eval), to put it on the SFT curve "
                     "(default: sft_more_eval/step if there)")
+    ap.add_argument("--start-step", type=int, default=None,
+                    help="the SFT step GRPO and the control started from: the plateau check of that checkpoint over a "
+                    "further 50%% of steps (default: sft_more_eval/start if there)")
     args = ap.parse_args(argv)
     out = args.out or args.runs_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -288,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     if control_step is None and step_file.is_file():
         control_step = int(step_file.read_text())
     sft_rows = with_control(sft_rows, control, control_step)
+    start_step = args.start_step
+    start_file = args.runs_dir / "sft_more_eval/start"
+    if start_step is None and start_file.is_file():
+        start_step = int(start_file.read_text())
     if not runs and not sft_rows:
         raise SystemExit(f"no *.jsonl and no sft_eval/step_*/summary.json in {args.runs_dir}")
     written = []
@@ -300,12 +320,16 @@ def main(argv: list[str] | None = None) -> int:
             w.writeheader()
             w.writerows(sft_rows)
         written.append("sft_eval.csv")
-        print("| SFT split | pass@1 at step | pass@1 at last step | flat within 2 points |\n|---|---|---|---|")
-        for split in SPLITS:
-            p = plateau(sft_rows, split)
-            if p:
-                print(f"| {split} | {100 * p['ref']:.1f} ({p['ref_step']}) | {100 * p['last']:.1f} ({p['last_step']}) "
-                      f"| {'yes' if p['flat'] else 'no'} |")
+        starts = [None] if start_step is None else [start_step, None]
+        print("| SFT split | window | pass@1 at step | pass@1 at end of window | flat within 2 points | spread from "
+              "there on (max - min) |\n|---|---|---|---|---|---|")
+        for start in starts:
+            for split in SPLITS:
+                p = plateau(sft_rows, split, start=start)
+                if p:
+                    window = "GRPO start -> +50% steps" if start is not None else "2/3 of last step -> last"
+                    print(f"| {split} | {window} | {100 * p['ref']:.1f} ({p['ref_step']}) | {100 * p['last']:.1f} "
+                          f"({p['last_step']}) | {'yes' if p['flat'] else 'no'} | {100 * p['spread']:.1f} |")
     if runs:
         plot(runs, out / "curves.png", sft_rows, control)
         written.append("curves.png")

@@ -101,6 +101,14 @@ def test_learning_curves_sft_plateau_and_headline(repo_root, tmp_path):
     exact = [{"step": 1000, "pass1_x": 88 / 300}, {"step": 1500, "pass1_x": 94 / 300}]
     assert lc.plateau(exact, "x")["flat"] is True  # exactly 2 points (float subtraction gives 2.0000000000000018)
     assert lc.plateau(exact[:1] + [{"step": 1500, "pass1_x": 95 / 300}], "x")["flat"] is False
+    # from the GRPO start: that checkpoint against the first at >= 1.5x its steps, whatever comes after
+    curve = [{"step": st, "pass1_x": v} for st, v in ((1500, 0.38), (2000, 0.40), (2500, 0.38), (3000, 0.39),
+                                                       (3800, 0.47))]
+    p = lc.plateau(curve, "x", start=2000)
+    assert (p["ref_step"], p["last_step"], p["flat"]) == (2000, 3000, True) and abs(p["spread"] - 0.09) < 1e-9
+    assert lc.plateau(curve, "x")["flat"] is False  # 2500 -> 3800: the late jump
+    assert lc.plateau(curve, "x", start=2500)["last_step"] == 3800  # 3750 not evaluated: the next one
+    assert lc.plateau(curve, "x", start=1000) is None and lc.plateau(curve, "x", start=3000) is None
     grpo = [{"step": 0, "pass1_synth_nodemo": 0.21}, {"step": 30, "pass1_synth_nodemo": 0.35}]
     table = lc.headline({"grpo_k2": grpo}, rows, {"pass1_synth_nodemo": 0.25})
     assert "| grpo_k2 | 35.0 | +14.0 | +10.0 |" in table

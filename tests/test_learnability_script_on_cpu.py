@@ -264,6 +264,7 @@ def test_parallel_evaluates_the_control_again_when_it_failed_next_to_grpo(repo_r
     assert evals.index("sft_more_eval", 1) > evals.index("step_200")  # after the RL track, not in a loop
     assert (out / "sft_more_eval/summary.json").is_file() and "sft_more done" in stages
     assert (out / "sft_more_eval/step").read_text().strip() == "2000"  # SFT_STEPS + SFT_MORE_STEPS: on the SFT curve
+    assert (out / "sft_more_eval/start").read_text().strip() == "1000"  # where GRPO and the control started
 
 
 def test_rl_stages_side_by_side_start_once_the_one_before_trains_with_a_larger_share(repo_root, tmp_path):

@@ -32,8 +32,8 @@
 # DRY_RUN=1 prints, for each GRPO stage, the launch command run_qwen3_apps.sh would run, and runs nothing.
 # run_qwen3_apps.sh's own knobs (GPU_MEM_UTIL, BATCH_SIZE, LR, ...) pass through to the GRPO runs.
 #
-# The runs of docs/results/learning.md (their settings are the defaults; the first run took ~25 min on one H200
-# with PARALLEL=1 and a 1000-step control; the default 2400-step control ran beside GRPO within its time):
+# The headline run of docs/results/learning.md (its settings are the defaults: GRPO from SFT's plateau, 2000 steps;
+# the sixth lease took ~26 min of one H200 with PARALLEL=1, the control and four SFT evaluations beside GRPO):
 #   PARALLEL=1 bash recipe/mrgrpo/learnability.sh && python benchmarks/learning_curves.py OUT_DIR
 #
 # usage: [VAR=value ...] bash recipe/mrgrpo/learnability.sh [extra hydra overrides for the GRPO runs ...]
@@ -50,13 +50,13 @@ STAGES=${STAGES:-data,sft,grpo,sft_more,sft_eval}
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mrgrpo}
 EXP_DIR=${EXP_DIR:-$CACHE_DIR/learn_exp}
 OUT_DIR=${OUT_DIR:-$EXP_DIR/runs}
-SFT_STEPS=${SFT_STEPS:-1000}                  # the defaults are those of the run in docs/results/learning.md
-SFT_MORE_STEPS=${SFT_MORE_STEPS:-2400}       # GRPO's 40 steps of training wall time in SFT steps (fifth lease)
+SFT_STEPS=${SFT_STEPS:-2000}                  # SFT's plateau (sixth lease of docs/results/learning.md; 1000 before)
+SFT_MORE_STEPS=${SFT_MORE_STEPS:-1800}       # GRPO's 30 steps of training wall time in SFT steps (sixth lease)
 SFT_MORE_SAVE_FREQ=${SFT_MORE_SAVE_FREQ:-500}
 SFT_EVAL_STEPS=${SFT_EVAL_STEPS:-}        # e.g. "1500 1000 600": checkpoints to evaluate, in this order
 ROUNDS=${ROUNDS:-2}
-STEPS=${STEPS:-40}
-SAVE_FREQ=${SAVE_FREQ:-200}
+STEPS=${STEPS:-30}
+SAVE_FREQ=${SAVE_FREQ:-500}
 SEED=${SEED:-1}
 DRY_RUN=${DRY_RUN:-0}
 PARALLEL=${PARALLEL:-0}                  # 1: the RL track and the SFT track at once on the one GPU
@@ -240,6 +240,7 @@ sft_more_stage() {  # returns 1 when training failed, 2 when only its evaluation
 evaluate_control() {  # the control's pass@1, and its SFT step (for learning_curves.py's SFT curve)
   evaluate "$EXP_DIR/sft_more_model" "$OUT_DIR/sft_more_eval" || return 1
   echo $(( SFT_STEPS + SFT_MORE_STEPS )) > "$OUT_DIR/sft_more_eval/step"
+  echo "$SFT_STEPS" > "$OUT_DIR/sft_more_eval/start"  # where GRPO and the control started
 }
 
 rc=0
