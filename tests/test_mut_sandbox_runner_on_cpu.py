@@ -567,3 +567,74 @@ def test_run_batch_progress_bar_only_when_asked(fake, monkeypatch, capsys):
     assert runner.run_batch(jobs, workers=2, progress=True) == [str(i) for i in range(7)]
     err = capsys.readouterr().err
     assert "sandbox: 100%" in err and "7/7" in err and "job/s" in err and "8/7" not in err
+
+
+# ---- the judging process's reader of a worker's answers (pool.Slot._recv)
+
+
+def _slot_reading(data_writes):
+    """A Slot whose worker is a pipe fed with `data_writes` (one os.write each) from a thread."""
+    from types import SimpleNamespace
+
+    from mrgrpo.sandbox import pool
+
+    r, w = os.pipe()
+    slot = pool.Slot(0, "/nonexistent")
+    slot.proc = SimpleNamespace(stdout=SimpleNamespace(fileno=lambda: r))
+
+    def feed():
+        try:
+            for data in data_writes:
+                os.write(w, data)
+        except OSError:  # the reader gave up (a failed assertion): its end is closed
+            pass
+        finally:
+            os.close(w)
+
+    t = threading.Thread(target=feed)
+    t.start()
+    return slot, r, t
+
+
+def _framed(msg: dict, *raw: bytes) -> bytes:
+    if raw:
+        msg = dict(msg, raw=[len(x) for x in raw])
+    body = marshal.dumps(msg)
+    return len(body).to_bytes(8, "little") + body + b"".join(raw)
+
+
+def test_slot_reads_answers_written_in_one_piece_or_in_many_and_keeps_what_follows():
+    """Two answers in one write, then one split into 1-byte writes, then a 3 MiB output: each comes back whole, the
+    bytes of the next answer are kept for it, and the end of the stream after them is the worker gone."""
+    big = b"y" * (3 << 20)
+    first, second = _framed({"exit": 0}, b"out", b"", b"ctl"), _framed({"exit": 1}, b"", b"err", b"")
+    third = _framed({"exit": 2}, big, b"", b"")
+    writes = [first + second] + [bytes([b]) for b in third[:40]] + [third[40:]]
+    slot, r, t = _slot_reading(writes)
+    try:
+        deadline = time.monotonic() + 30
+        assert slot._recv(deadline) == {"exit": 0, "out": b"out", "err": b"", "ctl": b"ctl"}
+        assert bytes(slot._rbuf[: len(second)]) == second  # one write of both (atomic on a pipe): the second is kept
+        assert slot._recv(deadline) == {"exit": 1, "out": b"", "err": b"err", "ctl": b""}
+        got = slot._recv(deadline)
+        assert got["out"] == big and got["exit"] == 2 and slot._rbuf == bytearray()
+        with pytest.raises(SandboxFailure, match="worker exited unexpectedly"):
+            slot._recv(deadline)
+    finally:
+        os.close(r)  # a writer still blocked on the pipe gets EPIPE and ends
+        t.join()
+
+
+def test_slot_forgets_a_half_read_answer_when_stopped():
+    """What a timed-out answer left in the reader does not leak into the next worker's answers."""
+    slot, r, t = _slot_reading([_framed({"exit": 0}, b"a", b"", b"")[:12]])
+    try:
+        t.join()
+        with pytest.raises(SandboxFailure):
+            slot._recv(time.monotonic() + 5)
+        assert slot._rbuf  # the 4 bytes of body read so far
+        slot.proc = None
+        slot.stop()
+        assert slot._rbuf == bytearray()
+    finally:
+        os.close(r)

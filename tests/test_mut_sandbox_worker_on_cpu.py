@@ -25,6 +25,7 @@ import random
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 
@@ -535,6 +536,37 @@ def test_send_and_recv_round_trip_with_raw_buffers():
         os.close(r)
         if w != -1:
             os.close(w)
+
+
+def test_send_goes_on_after_partial_writes_and_past_iov_max(monkeypatch):
+    """send delivers every byte in order when writev writes only part of what it is given, and with more pieces than
+    one writev takes (IOV_MAX, 1024); empty pieces are skipped, and each buffer is wiped."""
+    pieces = [bytes([i % 251]) * (1 + i % 3) for i in range(3000)]
+    bufs = []
+    for i in range(0, 3000, 1000):
+        b = worker._Chunks(cap=None)
+        b.parts = [bytearray(x) for x in pieces[i:i + 1000]] + [bytearray()]
+        bufs.append(b)
+    calls = []
+    real_writev = os.writev
+
+    def short_writev(fd, views):
+        calls.append(len(views))
+        assert len(views) <= 1024 and all(len(v) for v in views)
+        first = bytes(views[0])[:7] if len(calls) % 2 else b"".join(bytes(v) for v in views[:5])[:11]
+        return real_writev(fd, [first])
+
+    monkeypatch.setattr(worker.os, "writev", short_writev)
+    with tempfile.TemporaryFile() as f:
+        worker.send(f.fileno(), {"exit": 0}, bufs)
+        f.seek(0)
+        data = f.read()
+    body_len = worker._HEADER.unpack(data[:8])[0]
+    msg = marshal.loads(data[8:8 + body_len])
+    assert msg == {"exit": 0, "raw": [sum(map(len, pieces[i:i + 1000])) for i in range(0, 3000, 1000)]}
+    assert data[8 + body_len:] == b"".join(pieces)
+    assert max(calls) == 1024 and len(calls) > 1
+    assert all(b.parts == [] for b in bufs)
 
 
 def test_recv_of_a_truncated_message_raises():

@@ -80,6 +80,7 @@ class Slot:
         self.index = index
         self.dir = os.path.join(base_dir, f"slot{index}")
         self.proc: subprocess.Popen | None = None
+        self._rbuf = bytearray()  # what the worker sent that the last read took beyond what was asked for
         self.code_id: int | None = None
         self.layers: dict = {}
         self.warnings: list[str] = []
@@ -108,6 +109,7 @@ class Slot:
         cfg = {"slot_dir": self.dir, "uid": self.uid, "tmpfs_bytes": TMPFS_BYTES, "tmpfs_inodes": TMPFS_INODES,
                "extra_sys_path": _site_packages(), "disable": sorted(DISABLE), "cgroup": cg_cfg, "cgroup_name": name}
         self._stderr = tempfile.TemporaryFile()
+        self._rbuf = bytearray()
         try:
             self.proc = subprocess.Popen(
                 [_interpreter(), "-I", "-S", "-B", WORKER, json.dumps(cfg)],
@@ -142,20 +144,28 @@ class Slot:
         return msg
 
     def _read_exact(self, size: int, deadline: float) -> bytes:
-        fd = self.proc.stdout.fileno()
-        chunks, got = [], 0
-        if size == 0:
-            return b""
-        while got < size:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise SandboxFailure("worker did not answer in time")
-            chunk = os.read(fd, min(size - got, 1 << 20))
-            if not chunk:
-                raise SandboxFailure(f"worker exited unexpectedly{self._stderr_tail()}")
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
+        """`size` bytes of the worker's answer. Reads what the pipe holds (at least what is missing, up to 1 MiB)
+        and keeps the rest for the next call: a reply that the worker wrote in one piece (header, message, outputs)
+        costs one wait and one read, not one of each per field."""
+        buf = self._rbuf
+        if len(buf) < size:
+            fd = self.proc.stdout.fileno()
+            while len(buf) < size:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise SandboxFailure("worker did not answer in time")
+                chunk = os.read(fd, min(max(size - len(buf), 1 << 16), 1 << 20))
+                if not chunk:
+                    raise SandboxFailure(f"worker exited unexpectedly{self._stderr_tail()}")
+                buf += chunk
+        if len(buf) == size:  # the usual case: the answer ends here
+            data = bytes(buf)
+            buf.clear()
+            return data
+        with memoryview(buf) as view:
+            data = bytes(view[:size])
+        del buf[:size]
+        return data
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -174,6 +184,7 @@ class Slot:
         exit within 2 s) kills its process group, and its PID namespace and every test in it die with it."""
         proc, self.proc = self.proc, None
         self.code_id = None
+        self._rbuf = bytearray()
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
                 try:
