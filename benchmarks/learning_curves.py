@@ -280,6 +280,13 @@ def compare(runs: dict[str, list[dict]], baseline: str, n_val: int = 300) -> str
     return "\n".join(lines + [""] + notes)
 
 
+def _step(given: int | None, path: Path) -> int | None:
+    """A step given on the command line, else the one learnability.sh wrote to `path`, else None."""
+    if given is None and path.is_file():
+        return int(path.read_text())
+    return given
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs_dir", type=Path)
@@ -299,15 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     sft_rows = read_sft_evals(args.runs_dir)
     control_path = args.runs_dir / "sft_more_eval/summary.json"
     control = read_eval(control_path) if control_path.is_file() else None
-    step_file = args.runs_dir / "sft_more_eval/step"
-    control_step = args.control_step
-    if control_step is None and step_file.is_file():
-        control_step = int(step_file.read_text())
+    control_step = _step(args.control_step, args.runs_dir / "sft_more_eval/step")
     sft_rows = with_control(sft_rows, control, control_step)
-    start_step = args.start_step
-    start_file = args.runs_dir / "sft_more_eval/start"
-    if start_step is None and start_file.is_file():
-        start_step = int(start_file.read_text())
+    start_step = _step(args.start_step, args.runs_dir / "sft_more_eval/start")
     if not runs and not sft_rows:
         raise SystemExit(f"no *.jsonl and no sft_eval/step_*/summary.json in {args.runs_dir}")
     written = []
