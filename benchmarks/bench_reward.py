@@ -156,18 +156,22 @@ def _proc_cpu(pid: int) -> float:
     return total + sum(_proc_cpu(c) for c in children)
 
 
-def _tree_self_cpu(pid: int) -> float:
-    """CPU seconds of a live process and its live descendants, each counting only itself (utime+stime): the
+def _tree_self_cpu(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a live process and its live descendants, each counting only itself: the
     processes they have already reaped (a zygote's test processes) are left out."""
     tick = os.sysconf("SC_CLK_TCK")
     try:
         with open(f"/proc/{pid}/stat") as f:
-            total = sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13]) / tick
+            fields = f.read().rsplit(")", 1)[1].split()
+        user, system = int(fields[11]) / tick, int(fields[12]) / tick
         with open(f"/proc/{pid}/task/{pid}/children") as f:
             children = [int(c) for c in f.read().split()]
     except OSError:
-        return 0.0
-    return total + sum(_tree_self_cpu(c) for c in children)
+        return 0.0, 0.0
+    for c in children:
+        u, k = _tree_self_cpu(c)
+        user, system = user + u, system + k
+    return user, system
 
 
 def _own_cpu() -> float:
@@ -363,12 +367,20 @@ def bare_runner(n: int) -> tuple[float, float]:
     return (wall - wall0) / n, (cpu - cpu0) / n
 
 
-def overhead(workers: int, serial: bool = True) -> list[tuple[str, str]]:
-    """Per test, trivial programs: the sandbox's own cost (wall, and CPU of all processes)."""
+def _sandbox_cpu() -> tuple[float, float]:
+    """(user, system) CPU so far of this process's live sandbox processes (launchers, zygotes), themselves only."""
+    user = system = 0.0
+    for c in _live_children():
+        u, k = _tree_self_cpu(c)
+        user, system = user + u, system + k
+    return user, system
+
+
+def overhead(workers: int, serial: bool = True, n: int = 400) -> list[tuple[str, str]]:
+    """Per test, trivial programs: the sandbox's own cost (wall, and CPU of all processes); `n` serial tests."""
     from mrgrpo.sandbox import Job, run, run_batch, shutdown
 
     rows = []
-    n = 400
     job = Job(code="print(input())", inputs=["x"] * n, outputs=["x"] * n)
     if serial:
         shutdown()
@@ -380,20 +392,24 @@ def overhead(workers: int, serial: bool = True) -> list[tuple[str, str]]:
             return usage.ru_utime + usage.ru_stime
 
         cpu0 = cpu_mark()
-        parent0, sandbox0 = parent_cpu(), sum(_tree_self_cpu(c) for c in _live_children())
+        parent0, sandbox0 = parent_cpu(), _sandbox_cpu()
         start = time.perf_counter()
         result = run(job)
         wall = time.perf_counter() - start
-        parent, sandbox = parent_cpu() - parent0, sum(_tree_self_cpu(c) for c in _live_children()) - sandbox0
+        parent, (user, system) = parent_cpu() - parent0, _sandbox_cpu()
+        user, system = user - sandbox0[0], system - sandbox0[1]
+        sandbox = user + system
         shutdown()
         cpu = _own_cpu() - cpu0
         program = sum(t.time_s for t in result.tests)
-        rows.append(("1 slot, 400 tests of print(input()) in one job, serial: wall per test",
+        rows.append((f"1 slot, {n} tests of print(input()) in one job, serial: wall per test",
                      f"{wall / n * 1e3:.2f} ms"))
         rows.append(("same, CPU per test of all processes / of which the program itself",
                      f"{cpu / n * 1e3:.2f} ms / {program / n * 1e3:.2f} ms"))
         rows.append(("same, CPU per test of the judging process / the sandbox's own processes (launcher, zygote)",
                      f"{parent / n * 1e3:.2f} ms / {sandbox / n * 1e3:.2f} ms"))
+        rows.append(("same, the sandbox's own processes: user / system (kernel) time per test",
+                     f"{user / n * 1e3:.2f} ms / {system / n * 1e3:.2f} ms"))
         bare_wall, bare_cpu = bare_runner(n)
         rows.append(("baseline: bare fork runner (same interpreter and preloads, no isolation), serial: wall / CPU "
                      "per test of all processes", f"{bare_wall * 1e3:.2f} ms / {bare_cpu * 1e3:.2f} ms"))
@@ -463,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-program-cpu", type=float, default=None,
                     help="drop problems whose canonical solution needs more CPU-seconds than this")
     ap.add_argument("--skip-verl", action="store_true")
+    ap.add_argument("--overhead-tests", type=int, default=400,
+                    help="serial trivial tests in the per-test table (more: less noise on a shared machine)")
     ap.add_argument("--leaks", type=int, default=0, help="also run N trivial executions and check for leftovers")
     ap.add_argument("--processes", type=int, default=1,
                     help="judge mrgrpo's batch from P processes sharing the slots through node-wide admission, as "
@@ -522,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nmrgrpo verdicts:", dict(Counter(stats[0]["verdicts"])))
     print("\nper-test overhead (trivial program):")
     for i, workers in enumerate(worker_counts):
-        for label, value in overhead(workers, serial=i == 0):
+        for label, value in overhead(workers, serial=i == 0, n=args.overhead_tests):
             print(f"| {label} | {value} |")
     if args.leaks:
         print("\nleak check:", json.dumps(leak_check(args.leaks, worker_counts[-1])))
