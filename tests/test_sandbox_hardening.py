@@ -289,6 +289,28 @@ def test_a_deep_directory_tree_is_cleaned_and_never_infra():
     assert result.verdict is Verdict.AC, result  # three tests in a row on the same slot: cleaned each time
 
 
+def test_a_test_directory_is_pristine_and_tells_nothing_of_earlier_tests():
+    # Each test gets a fresh tmpfs on the slot's one mount point: what a test does to its directory (mode,
+    # times, files created and removed) is gone, and the path is the same in every test, so it does not count
+    # the tests that ran on the slot before.
+    if not layers()["tmpfs"]:
+        pytest.skip("no per-test tmpfs here")
+    code = """
+    import os
+    st = os.stat(".")
+    print(os.getcwd(), oct(st.st_mode & 0o7777), st.st_mtime != 12345, st.st_nlink, os.listdir("."))
+    open("f", "w").write("x")
+    os.remove("f")
+    os.mkdir("d")
+    os.chmod(".", 0o777)
+    os.utime(".", (12345, 12345))
+    """
+    first = run(Job(code="import os\nprint(os.getcwd())", inputs=[""], outputs=[""]))
+    cwd = first.tests[0].stdout.strip()
+    expected = f"{cwd} 0o700 True 2 []"
+    assert judge(code, n=4, expected=expected).verdict is Verdict.AC
+
+
 def test_unremovable_looking_leftovers_are_cleaned():
     code = """
     import os, stat

@@ -49,6 +49,14 @@ def test_for_line_in_sys_stdin():
     """)
 
 
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 65536, 65537, 1 << 20])
+def test_stdin_of_any_size_arrives_whole(size):
+    # small inputs are written before the test starts, larger ones while it runs: both arrive whole, then EOF
+    data = ("7" * (size - 1) + "\n") if size else ""
+    accepted("import sys\ndata = sys.stdin.buffer.read()\nprint(len(data), data.count(b'7'))", stdin=data,
+             expected=f"{size} {max(size - 1, 0)}\n")
+
+
 def test_sys_stdin_readline():
     accepted("import sys\nsys.stdin.readline()\nprint(sum(map(int, sys.stdin.readline().split())))")
 

@@ -171,6 +171,23 @@ def test_infra_verdict_when_the_sandbox_cannot_work(monkeypatch):
         pool_mod.shutdown()
 
 
+def test_the_worker_starts_from_cached_bytecode():
+    # a worker compiled from source at each start keeps the compiler's leftovers in the memory every test's fork
+    # copies; the pool writes the worker's bytecode cache once and the worker loads it
+    import importlib.util
+
+    pool_mod.shutdown()
+    cached = importlib.util.cache_from_source(pool_mod.WORKER)
+    if os.path.exists(cached):
+        os.remove(cached)
+    pool_mod._bytecode_checked = False
+    assert run(job("print(1)", [""], ["1"])).verdict is Verdict.AC
+    assert os.path.exists(cached)
+    with open(cached, "rb") as f:
+        header = f.read(16)
+    assert int.from_bytes(header[8:12], "little") == int(os.stat(pool_mod.WORKER).st_mtime) & 0xFFFFFFFF
+
+
 def test_worker_dying_mid_test_is_infra_then_recovers(monkeypatch):
     calls = []
     real = pool_mod.Slot.request

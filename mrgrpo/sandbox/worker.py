@@ -58,6 +58,7 @@ _PREAMBLE_FROM = {
 _HEADER = struct.Struct("<Q")
 _SETUP_FAILED = 70  # exit status of a child whose isolation setup failed (it never wrote the ready byte)
 _STDERR_KEEP = 8192
+_STDIN_EARLY = 4096  # stdin up to this size (PIPE_BUF: an empty pipe always takes it) is written before the fork
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
 _CPU_CHECK_S = 0.05  # how often the CPU of all processes of a running test is checked (with a slot cgroup)
 _HELD_SLACK = 8 << 20  # a test starts only once the slot cgroup holds less than this of earlier tests' memory ...
@@ -171,8 +172,8 @@ def _read_exact(fd: int, size: int) -> bytes | None:
 # ---------------------------------------------------------------- launcher
 
 
-def main() -> None:
-    cfg = json.loads(sys.argv[1])
+def main(cfg_json: str | None = None) -> None:
+    cfg = json.loads(sys.argv[1] if cfg_json is None else cfg_json)
     req_fd, resp_fd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
@@ -252,6 +253,9 @@ class _Zygote:
         if self.uid is not None:
             self.tmpfs_opts += f",uid={self.uid},gid={self.uid}"
         self.tmpfs_opts = self.tmpfs_opts.encode()  # encoded once: mount() passes bytes to libc as they are
+        self.per_test_tmpfs = layers["tmpfs"] and "test_tmpfs" not in self.disable
+        self.mount_point = f"{self.slot_dir}/t"
+        self.mount_point_made = False
         # A fresh IPC namespace per test: SysV shared memory, semaphores, message queues and POSIX message
         # queues a program creates die with its test and are invisible to every other test.
         layers["ipc_ns"] = layers["pid_ns"] and "ipc_ns" not in cfg.get("disable", ())
@@ -263,6 +267,7 @@ class _Zygote:
                                 "the test) and create AF_UNIX sockets (host services listening on a pathname "
                                 "socket are reachable if Landlock or the file tree lets the path resolve)")
         self.cg = None
+        self.cg_last = None  # (CPU ns, OOM kills) of the slot cgroup as the last test left it
         self.private_cg = None  # (descriptor of the parent cgroup directory, name) of a cgroup we made ourselves
         disable = cfg.get("disable", ())
         if not cfg.get("cgroup") and cfg.get("cgroup_name") and layers["pid_ns"] and "cgroup_v2" not in disable:
@@ -352,36 +357,52 @@ class _Zygote:
             self.compile(req["code_id"], req.get("code"))
         if isinstance(self.code, str):
             return {"se": self.code}, []
+        fds: list[int] = []
+        if self.per_test_tmpfs:
+            # A fresh tmpfs per test, mounted on the slot's one mount point (no mkdir/rmdir per test, and every
+            # test sees the same path): its files vanish at once when it is unmounted. The mount point itself is
+            # under the tmpfs while a test runs, so no program can reach or change it.
+            tmp = self.mount_point
+            if not self.mount_point_made:
+                os.mkdir(tmp, 0o700)
+                self.mount_point_made = True
+            iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
+            try:
+                return self._fork_and_watch(req, tmp, fds)
+            finally:
+                self._close_all(fds)
+                try:
+                    iso.umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
+                except OSError:
+                    # Never expected; cleanup must still not fail: empty what is visible and move to a new
+                    # mount point, so that no later test mounts over (or sees) what is left here.
+                    iso.remove_tree(tmp)
+                    self.counter += 1
+                    self.mount_point = f"{self.slot_dir}/t{self.counter}"
+                    self.mount_point_made = False
         self.counter += 1
         tmp = f"{self.slot_dir}/t{self.counter}"
         os.mkdir(tmp, 0o700)
-        fds: list[int] = []
-        mounted = False
         try:
-            # a tmpfs per test: its files vanish at once when it is unmounted
-            if self.layers["tmpfs"] and "test_tmpfs" not in self.disable:
-                iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
-                mounted = True
-            elif self.uid is not None:
+            if self.uid is not None:
                 os.chown(tmp, self.uid, self.uid)
             return self._fork_and_watch(req, tmp, fds)
         finally:
-            for fd in fds:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            self._close_all(fds)
             # Whatever the program left (deep trees, odd modes, sockets) goes without any way to fail: the
             # test's processes are all dead here; an unremovable leftover stays under a unique name.
-            if mounted:
-                try:
-                    iso.umount(tmp)
-                except OSError:
-                    pass
             try:
-                os.rmdir(tmp)  # the usual case: the tmpfs took every file with it, its mount point is empty
+                os.rmdir(tmp)  # a program that wrote nothing left an empty directory
             except OSError:
                 iso.remove_tree(tmp)
+
+    @staticmethod
+    def _close_all(fds: list[int]) -> None:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _fork_and_watch(self, req, tmp, fds) -> dict:
         lim = req["limits"]
@@ -402,7 +423,18 @@ class _Zygote:
                 self.cg.set_memory((lim["memory_mb"] << 20) + self.tmpfs_bytes)
             except OSError:  # e.g. EBUSY lowering a v1 limit below unreclaimable usage: keep the previous limit
                 pass
-            cg0 = (self.cg.cpu_ns(), self.cg.oom_kills())
+            # The readings the previous test ended with, when it ended normally: no process has been in the slot
+            # cgroup since (its PID namespace is gone), so they are what a new reading would show.
+            cg0, self.cg_last = self.cg_last, None
+            if cg0 is None:
+                cg0 = (self.cg.cpu_ns(), self.cg.oom_kills())
+        stdin = req.get("stdin", b"")
+        if len(stdin) <= _STDIN_EARLY:  # fits an empty pipe whatever its size: written now, without blocking
+            if stdin:
+                os.write(in_w, stdin)
+            os.close(in_w)
+            fds.remove(in_w)
+            in_w = -1
         if self.pidns_fd is not None:
             iso.unshare(iso.CLONE_NEWPID)
         start = time.monotonic()
@@ -416,8 +448,7 @@ class _Zygote:
             fds.remove(fd)
         pidfd = os.pidfd_open(pid)
         fds.append(pidfd)
-        return self._watch(pid, pidfd, start, lim, req.get("stdin", b""), in_w, out_r, err_r, ctl_r, ready_r, cg0,
-                           fds)
+        return self._watch(pid, pidfd, start, lim, stdin, in_w, out_r, err_r, ctl_r, ready_r, cg0, fds)
 
     def _wait_for_release(self) -> int:
         """Wait until the slot cgroup no longer holds an earlier test's memory (which would count against this
@@ -447,7 +478,9 @@ class _Zygote:
         from this process can find an earlier program's output in its (copied) memory.
         """
         cap = lim["output_bytes"]
-        bufs = {out_r: _Chunks(cap), ctl_r: _Chunks(cap + 4096), err_r: _Chunks(None), ready_r: _Chunks(16)}
+        # The set-up's bytes on `ready_r` (at most 6, written before any program code runs) are read once the
+        # test is over: the pipe holds them, and no wake-up is spent on them.
+        bufs = {out_r: _Chunks(cap), ctl_r: _Chunks(cap + 4096), err_r: _Chunks(None)}
         tle = ole = exited = False
         poller = select.poll()
         readers = set(bufs)
@@ -455,13 +488,9 @@ class _Zygote:
             poller.register(fd, select.POLLIN)
         poller.register(pidfd, select.POLLIN)
         stdin_view = memoryview(stdin)
-        os.set_blocking(in_w, False)
-        if stdin_view:
+        if in_w != -1:  # a large stdin: fed while the test runs
+            os.set_blocking(in_w, False)
             poller.register(in_w, select.POLLOUT)
-        else:
-            os.close(in_w)
-            fds.remove(in_w)
-            in_w = -1
         deadline = start + lim["wall_s"]
         killed_at = None
         # With a slot cgroup, the CPU of ALL the test's processes is checked while it runs (RLIMIT_CPU is per
@@ -523,9 +552,13 @@ class _Zygote:
             _, status, usage = os.wait4(pid, 0)
             # The namespace is gone (its PID 1 reaped): every process of the test has exited and is accounted.
             cpu = usage.ru_utime + usage.ru_stime
-            cg_cpu = self._cg_cpu(cg0)
-            if cg_cpu is not None:
-                cpu = max(cpu, cg_cpu)
+            oom = False
+            if cg0 is not None:
+                cg1 = (self.cg.cpu_ns(), self.cg.oom_kills())
+                if cg0[0] is not None and cg1[0] is not None:
+                    cpu = max(cpu, (cg1[0] - cg0[0]) / 1e9)
+                oom = cg1[1] > cg0[1]
+                self.cg_last = cg1
             reply = {
                 "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
                 "sig": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
@@ -533,9 +566,10 @@ class _Zygote:
                 "wall": time.monotonic() - start,
                 "tle": tle,
                 "ole": ole,
-                "oom": cg0 is not None and self.cg.oom_kills() > cg0[1],
+                "oom": oom,
             }
-            ready = bytes(bufs[ready_r].tail(16))
+            # Every writer of `ready_r` is gone (the test's processes have all exited): this read cannot block.
+            ready = os.read(ready_r, 64)
             if ready[1:2] == b"S" and len(ready) >= 6:  # the program's status, from our init
                 (status,) = struct.unpack("<i", ready[2:6])
                 reply["exit"] = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
