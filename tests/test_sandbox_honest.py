@@ -57,6 +57,13 @@ def test_stdin_of_any_size_arrives_whole(size):
              expected=f"{size} {max(size - 1, 0)}\n")
 
 
+@pytest.mark.parametrize("lines", [10_000, 300_000])
+def test_output_larger_than_a_pipe_arrives_whole(lines):
+    # more than a pipe holds (64 KiB) before the sandbox starts reading as output comes: it waits, then arrives
+    expected = "".join(f"{i}\n" for i in range(lines))
+    accepted(f"import sys\nsys.stdout.write(''.join(f'{{i}}\\n' for i in range({lines})))", stdin="", expected=expected)
+
+
 def test_sys_stdin_readline():
     accepted("import sys\nsys.stdin.readline()\nprint(sum(map(int, sys.stdin.readline().split())))")
 

@@ -50,6 +50,13 @@ def test_sleep_is_tle_by_wall_clock():
     assert run(job("import time\ntime.sleep(30)", [""], ["1"], limits=FAST)).verdict is Verdict.TLE
 
 
+def test_closing_stdout_then_spinning_is_still_tle():
+    # the output pipe's end comes long before the program's: the wall clock and the CPU limit still hold it
+    code = "import os\nprint(1, flush=True)\nos.close(1)\nos.close(2)\nwhile True:\n    pass"
+    result = run(job(code, [""], ["1"], limits=Limits(time_s=1, wall_s=3)))
+    assert result.verdict is Verdict.TLE, result
+
+
 def test_blocking_on_stdin_is_impossible():
     result = run(job("import sys\nsys.stdin.read(); sys.stdin.read(); print('eof')", ["x"], ["eof"], limits=FAST))
     assert result.verdict is Verdict.AC

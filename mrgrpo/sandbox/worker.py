@@ -60,6 +60,7 @@ _SETUP_FAILED = 70  # exit status of a child whose isolation setup failed (it ne
 _STDERR_KEEP = 8192
 _STDIN_EARLY = 4096  # stdin up to this size (PIPE_BUF: an empty pipe always takes it) is written before the fork
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
+_QUIET_S = 0.01  # how long the zygote lets a test's output pipes fill before it reads them as output comes
 _CPU_CHECK_S = 0.05  # how often the CPU of all processes of a running test is checked (with a slot cgroup)
 _HELD_SLACK = 8 << 20  # a test starts only once the slot cgroup holds less than this of earlier tests' memory ...
 _HELD_WAIT_S = 10.0  # ... waiting at most this long for the kernel to free it (else INFRA: the slot restarts)
@@ -484,8 +485,13 @@ class _Zygote:
         tle = ole = exited = False
         poller = select.poll()
         readers = set(bufs)
+        # Quiet at first: the output pipes wake the zygote only when their last writer is gone (POLLHUP, which
+        # poll reports unasked), not at each write, so a short test costs one or two wake-ups instead of one per
+        # write. A test still running after _QUIET_S switches to reading as output comes (a program that fills a
+        # pipe before then waits at most that long).
         for fd in readers:
-            poller.register(fd, select.POLLIN)
+            poller.register(fd, 0)
+        quiet_until = start + _QUIET_S
         poller.register(pidfd, select.POLLIN)
         stdin_view = memoryview(stdin)
         if in_w != -1:  # a large stdin: fed while the test runs
@@ -515,9 +521,15 @@ class _Zygote:
                             tle = True
                         if killed_at is None:
                             killed_at = self._kill(pid)
+                if quiet_until is not None and now >= quiet_until:
+                    quiet_until = None
+                    for fd in readers:
+                        poller.modify(fd, select.POLLIN)
                 wake = deadline if killed_at is None else now + 0.5
                 if cpu_check is not None and killed_at is None:
                     wake = min(wake, cpu_check)
+                if quiet_until is not None:
+                    wake = min(wake, quiet_until)
                 wait_ms = max(1, int((wake - now) * 1000))
                 for fd, _event in poller.poll(wait_ms):
                     if fd == in_w:
@@ -538,14 +550,28 @@ class _Zygote:
                     else:
                         chunks = bufs[fd]
                         n = chunks.read_from(fd)
+                        if quiet_until is not None:  # woken by POLLHUP: no writer is left, it reads to its end
+                            while n:
+                                n = chunks.read_from(fd)
                         if n == 0:
                             poller.unregister(fd)
                             readers.discard(fd)
-                        elif chunks.over:
+                        if chunks.over and (n or quiet_until is not None):
                             if fd in (out_r, ctl_r):
                                 ole = True
                             if killed_at is None:
                                 killed_at = self._kill(pid)
+                if exited and readers and self.pidns_fd is not None:
+                    # The PID namespace died with its PID 1 (the kernel kills and waits for every other process
+                    # first): no process of the test holds a pipe any more, so each reads to its end without
+                    # blocking, and no further poll (and wake-up) is needed.
+                    for fd in readers:
+                        chunks = bufs[fd]
+                        while chunks.read_from(fd):
+                            pass
+                        if chunks.over and fd in (out_r, ctl_r):
+                            ole = True
+                    readers.clear()
             if in_w != -1:
                 os.close(in_w)
                 fds.remove(in_w)
