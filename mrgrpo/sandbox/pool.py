@@ -151,10 +151,11 @@ class Slot:
     def request(self, req: dict, timeout_s: float) -> dict:
         if self.proc is None:
             self.start()
-        data = marshal.dumps(req)
+        data = memoryview(_HEADER.pack(len(data := marshal.dumps(req))) + data)
         try:
-            self.proc.stdin.write(_HEADER.pack(len(data)) + data)
-            self.proc.stdin.flush()
+            fd = self.proc.stdin.fileno()
+            while data:  # one write for a request that fits the pipe (almost all); the rest as the worker reads
+                data = data[os.write(fd, data):]
         except (BrokenPipeError, OSError) as exc:
             raise SandboxFailure(f"worker gone: {exc}{self._stderr_tail()}") from exc
         return self._recv(time.monotonic() + timeout_s)

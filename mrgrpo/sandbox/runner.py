@@ -26,6 +26,7 @@ _FEEDBACK_CHARS = 4096
 _STDERR_CHARS = 2000
 _REPLY_GRACE_S = 20.0  # on top of wall_s before a silent worker counts as dead
 _code_ids = itertools.count(1)
+_CTL_OK = b'{"kind": "ok"}'  # what the worker's test process writes to the control channel after a stdio program
 
 
 def _limits_dict(job: Job) -> dict:
@@ -34,8 +35,8 @@ def _limits_dict(job: Job) -> dict:
             "output_bytes": int(lim.output_bytes), "file_bytes": int(lim.file_bytes), "nproc": int(lim.nproc)}
 
 
-def _request(job: Job, code_id: int, index: int, slot: Slot) -> dict:
-    req = {"code_id": code_id, "limits": _limits_dict(job), "fn_name": job.fn_name}
+def _request(job: Job, code_id: int, index: int, slot: Slot, limits: dict | None = None) -> dict:
+    req = {"code_id": code_id, "limits": limits or _limits_dict(job), "fn_name": job.fn_name}
     if slot.code_id != code_id:
         req["code"] = job.code
     test_input = job.inputs[index]
@@ -63,12 +64,12 @@ def _plain_args(value):
     raise TypeError(f"test arguments must be plain JSON values, got {type(value).__name__}")
 
 
-def _ask(slot: Slot, job: Job, code_id: int, index: int) -> dict:
+def _ask(slot: Slot, job: Job, code_id: int, index: int, limits: dict | None = None) -> dict:
     """One test on `slot`; on a sandbox failure restart the slot and retry once, then report INFRA."""
     last = ""
     for attempt in range(2):
         try:
-            reply = slot.request(_request(job, code_id, index, slot), job.limits.wall_s + _REPLY_GRACE_S)
+            reply = slot.request(_request(job, code_id, index, slot, limits), job.limits.wall_s + _REPLY_GRACE_S)
             slot.code_id = code_id
             if "infra" not in reply:
                 return reply
@@ -96,7 +97,9 @@ def _judge(job: Job, index: int, reply: dict) -> TestResult:
             ctl_cap += 8 * json_size(job.outputs[index])
         except (TypeError, ValueError, RecursionError):
             ctl_cap = len(reply["ctl"])
-    if reply["ctl"] and len(reply["ctl"]) <= ctl_cap:
+    if reply["ctl"] == _CTL_OK:  # a stdio program that ran to its end: the usual message, not parsed again
+        ctl = {"kind": "ok"}
+    elif reply["ctl"] and len(reply["ctl"]) <= ctl_cap:
         try:
             ctl = json.loads(reply["ctl"])
             if not isinstance(ctl, dict):
@@ -162,6 +165,7 @@ def run(job: Job) -> ExecResult:
     if not job.code.strip():
         return ExecResult(Verdict.NO_CODE, 0, total, (), time.monotonic() - start, "no code")
     code_id = next(_code_ids)
+    limits = _limits_dict(job)  # the same for every test of the job: built once
     pool = get_pool()
     tests: list[TestResult] = []
     verdict, detail = Verdict.AC, ""
@@ -182,7 +186,7 @@ def run(job: Job) -> ExecResult:
                         tests.append(TestResult(index, Verdict.INFRA, 0.0, "", ""))
                         verdict, detail = Verdict.INFRA, f"sandbox failed: {exc}"
                         break
-            reply = _ask(slot, job, code_id, index)
+            reply = _ask(slot, job, code_id, index, limits)
             if "se" in reply:
                 return ExecResult(Verdict.SE, 0, total, (), time.monotonic() - start, reply["se"])
             if "infra" in reply:

@@ -256,7 +256,11 @@ class _Zygote:
         self.tmpfs_opts = self.tmpfs_opts.encode()  # encoded once: mount() passes bytes to libc as they are
         self.per_test_tmpfs = layers["tmpfs"] and "test_tmpfs" not in self.disable
         self.mount_point = f"{self.slot_dir}/t"
+        self.mount_point_b = self.mount_point.encode()  # encoded once, as mount() and umount() pass it
         self.mount_point_made = False
+        # The per-test namespace calls straight from the os module where it has them (Python >= 3.12), not ctypes.
+        self.unshare = getattr(os, "unshare", iso.unshare)
+        self.setns = getattr(os, "setns", iso.setns)
         # A fresh IPC namespace per test: SysV shared memory, semaphores, message queues and POSIX message
         # queues a program creates die with its test and are invisible to every other test.
         layers["ipc_ns"] = layers["pid_ns"] and "ipc_ns" not in cfg.get("disable", ())
@@ -367,19 +371,21 @@ class _Zygote:
             if not self.mount_point_made:
                 os.mkdir(tmp, 0o700)
                 self.mount_point_made = True
-            iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
+            iso.mount(b"tmpfs", self.mount_point_b, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC,
+                      self.tmpfs_opts)
             try:
                 return self._fork_and_watch(req, tmp, fds)
             finally:
                 self._close_all(fds)
                 try:
-                    iso.umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
+                    iso.umount(self.mount_point_b)  # MNT_DETACH: the test's processes are all dead
                 except OSError:
                     # Never expected; cleanup must still not fail: empty what is visible and move to a new
                     # mount point, so that no later test mounts over (or sees) what is left here.
                     iso.remove_tree(tmp)
                     self.counter += 1
                     self.mount_point = f"{self.slot_dir}/t{self.counter}"
+                    self.mount_point_b = self.mount_point.encode()
                     self.mount_point_made = False
         self.counter += 1
         tmp = f"{self.slot_dir}/t{self.counter}"
@@ -437,13 +443,13 @@ class _Zygote:
             fds.remove(in_w)
             in_w = -1
         if self.pidns_fd is not None:
-            iso.unshare(iso.CLONE_NEWPID)
+            self.unshare(iso.CLONE_NEWPID)
         start = time.monotonic()
         pid = iso.fork()  # the zygote has one thread (checked at start)
         if pid == 0:
             self._child(req, tmp, in_r, out_w, err_w, ctl_w, ready_w)  # never returns
         if self.pidns_fd is not None:
-            iso.setns(self.pidns_fd, iso.CLONE_NEWPID)
+            self.setns(self.pidns_fd, iso.CLONE_NEWPID)
         for fd in child_ends:
             os.close(fd)
             fds.remove(fd)
