@@ -285,12 +285,27 @@ def _judge_here(name: str, batch: list[dict], workers: int) -> tuple[list, float
     return results, wall, _own_cpu() - cpu0
 
 
+def machine_busy_cpu() -> float | None:
+    """CPU-seconds the whole machine has been busy (all CPUs, user + system + interrupts), from /proc/stat: what
+    the batch's own count is checked against (kernel workers, e.g. freeing namespaces, belong to no process)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:8]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def run_judge(name: str, batch: list[dict], workers: int, processes: int = 1) -> dict:
+    busy0 = machine_busy_cpu()
     if name == "mrgrpo" and processes > 1:
         results, wall, cpu, tests_run, floor = _judge_in_processes(batch, workers, processes)
         _program_cpu[:] = [floor, tests_run]
     else:
         results, wall, cpu = _judge_here(name, batch, workers)
+    busy1 = machine_busy_cpu()
+    busy = busy1 - busy0 if busy0 is not None and busy1 is not None else None
     latencies = sorted(r[2] for r in results)
     agree = sum(r[0] == item["should_pass"] for r, item in zip(results, batch, strict=True))
     false_pass = sum(r[0] and not item["should_pass"] for r, item in zip(results, batch, strict=True))
@@ -306,7 +321,7 @@ def run_judge(name: str, batch: list[dict], workers: int, processes: int = 1) ->
             "tests_run": _program_cpu[1] if name == "mrgrpo" else None,
             "max_latency": latencies[-1],
             "p50": statistics.median(latencies), "p99": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-            "agree": agree, "false_pass": false_pass, "false_fail": false_fail, "by_kind": by_kind,
+            "agree": agree, "false_pass": false_pass, "false_fail": false_fail, "by_kind": by_kind, "busy": busy,
             "verdicts": [r[1] for r in results]}
 
 
@@ -519,6 +534,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{floor} | {over} | {s['p50'] * 1e3:.0f} ms | {s['p99'] * 1e3:.0f} ms | "
               f"{s['max_latency'] / s['wall']:.1%} | {s['agree'] / s['n']:.1%} ({s['agree']}/{s['n']}) | "
               f"{s['false_pass']} | {s['false_fail']} | {s['wall']:.1f} s |")
+    print("\nthe whole machine while each batch ran (/proc/stat; the CPU column above counts the benchmark's own "
+          "processes):")
+    for s in stats:
+        if s["busy"] is not None:
+            print(f"- {s['name']}, {s['workers']} slots: {s['busy']:.1f} CPU-s busy, {s['busy'] / s['wall']:.2f} of "
+                  f"{os.cpu_count()} cores; counted {s['cpu']:.1f} CPU-s, {s['cpu'] / s['wall']:.2f} cores")
     mine = [s for s in stats if s["name"] == "mrgrpo"]
     if len(mine) >= 2:
         lo, hi = mine[0], mine[-1]

@@ -58,3 +58,19 @@ def test_the_per_test_table_counts_the_tests_it_was_asked_for_and_splits_user_fr
     user, system = (float(v.split()[0]) for v in rows[next(k for k in rows if "user / system" in k)].split("/"))
     assert sandbox >= 0 and judging >= 0 and user >= 0 and system >= 0  # /proc counts in ticks: 7 tests may show 0
     assert abs(user + system - sandbox) <= 0.011  # the same CPU, split (each shown to 0.01 ms)
+
+
+def test_the_machine_wide_busy_cpu_counts_what_this_process_burns():
+    """machine_busy_cpu (the check of the batch's own CPU count) grows by at least the CPU this process uses."""
+    import resource
+
+    def own() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    bench = _bench()
+    busy0, own0 = bench.machine_busy_cpu(), own()
+    x = 0
+    while own() - own0 < 0.3:
+        x += 1
+    assert bench.machine_busy_cpu() - busy0 >= 0.25  # clock ticks of 10 ms: a little below what was burnt
