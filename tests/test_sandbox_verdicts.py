@@ -187,7 +187,7 @@ def test_the_worker_starts_from_cached_bytecode():
     cached = importlib.util.cache_from_source(pool_mod.WORKER)
     if os.path.exists(cached):
         os.remove(cached)
-    pool_mod._bytecode_checked = False
+    pool_mod._cache_worker_bytecode.cache_clear()
     assert run(job("print(1)", [""], ["1"])).verdict is Verdict.AC
     assert os.path.exists(cached)
     with open(cached, "rb") as f:

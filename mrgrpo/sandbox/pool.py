@@ -8,6 +8,7 @@ fork bomb in one slot cannot starve another.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import marshal
@@ -74,16 +75,10 @@ def _interpreter() -> str:
     return exe
 
 
-_bytecode_checked = False
-
-
+@functools.cache
 def _cache_worker_bytecode() -> None:
     """Write worker.py's cached bytecode if it is missing or stale (once per process). Only speed depends on it:
     without it (a read-only install without bytecode) the worker compiles itself from source, as a script would."""
-    global _bytecode_checked
-    if _bytecode_checked:
-        return
-    _bytecode_checked = True
     import compileall
 
     compileall.compile_file(WORKER, quiet=2)
@@ -151,7 +146,8 @@ class Slot:
     def request(self, req: dict, timeout_s: float) -> dict:
         if self.proc is None:
             self.start()
-        data = memoryview(_HEADER.pack(len(data := marshal.dumps(req))) + data)
+        body = marshal.dumps(req)
+        data = memoryview(_HEADER.pack(len(body)) + body)
         try:
             fd = self.proc.stdin.fileno()
             while data:  # one write for a request that fits the pipe (almost all); the rest as the worker reads

@@ -111,6 +111,13 @@ class _Chunks:
         self.parts.clear()
 
 
+def _read_to_end(chunks: _Chunks, fd: int) -> int:
+    """Read a pipe whose writers are all gone to its end (past the cap, `chunks` drops the bytes); returns 0."""
+    while chunks.read_from(fd):
+        pass
+    return 0
+
+
 def send(fd: int, obj, buffers: list[_Chunks] = ()) -> None:
     """A framed marshal message; then, for each buffer, its length in the message and its raw bytes (wiped)."""
     # Plain loops, no comprehensions: each comprehension is a function of its own that the zygote would touch
@@ -256,11 +263,7 @@ class _Zygote:
         self.tmpfs_opts = self.tmpfs_opts.encode()  # encoded once: mount() passes bytes to libc as they are
         self.per_test_tmpfs = layers["tmpfs"] and "test_tmpfs" not in self.disable
         self.mount_point = f"{self.slot_dir}/t"
-        self.mount_point_b = self.mount_point.encode()  # encoded once, as mount() and umount() pass it
         self.mount_point_made = False
-        # The per-test namespace calls straight from the os module where it has them (Python >= 3.12), not ctypes.
-        self.unshare = getattr(os, "unshare", iso.unshare)
-        self.setns = getattr(os, "setns", iso.setns)
         # A fresh IPC namespace per test: SysV shared memory, semaphores, message queues and POSIX message
         # queues a program creates die with its test and are invisible to every other test.
         layers["ipc_ns"] = layers["pid_ns"] and "ipc_ns" not in cfg.get("disable", ())
@@ -371,21 +374,19 @@ class _Zygote:
             if not self.mount_point_made:
                 os.mkdir(tmp, 0o700)
                 self.mount_point_made = True
-            iso.mount(b"tmpfs", self.mount_point_b, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC,
-                      self.tmpfs_opts)
+            iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
             try:
                 return self._fork_and_watch(req, tmp, fds)
             finally:
                 self._close_all(fds)
                 try:
-                    iso.umount(self.mount_point_b)  # MNT_DETACH: the test's processes are all dead
+                    iso.umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
                 except OSError:
                     # Never expected; cleanup must still not fail: empty what is visible and move to a new
                     # mount point, so that no later test mounts over (or sees) what is left here.
                     iso.remove_tree(tmp)
                     self.counter += 1
                     self.mount_point = f"{self.slot_dir}/t{self.counter}"
-                    self.mount_point_b = self.mount_point.encode()
                     self.mount_point_made = False
         self.counter += 1
         tmp = f"{self.slot_dir}/t{self.counter}"
@@ -443,13 +444,13 @@ class _Zygote:
             fds.remove(in_w)
             in_w = -1
         if self.pidns_fd is not None:
-            self.unshare(iso.CLONE_NEWPID)
+            iso.unshare(iso.CLONE_NEWPID)
         start = time.monotonic()
         pid = iso.fork()  # the zygote has one thread (checked at start)
         if pid == 0:
             self._child(req, tmp, in_r, out_w, err_w, ctl_w, ready_w)  # never returns
         if self.pidns_fd is not None:
-            self.setns(self.pidns_fd, iso.CLONE_NEWPID)
+            iso.setns(self.pidns_fd, iso.CLONE_NEWPID)
         for fd in child_ends:
             os.close(fd)
             fds.remove(fd)
@@ -556,9 +557,8 @@ class _Zygote:
                     else:
                         chunks = bufs[fd]
                         n = chunks.read_from(fd)
-                        if quiet_until is not None:  # woken by POLLHUP: no writer is left, it reads to its end
-                            while n:
-                                n = chunks.read_from(fd)
+                        if n and quiet_until is not None:  # woken by POLLHUP: no writer is left
+                            n = _read_to_end(chunks, fd)
                         if n == 0:
                             poller.unregister(fd)
                             readers.discard(fd)
@@ -572,10 +572,8 @@ class _Zygote:
                     # first): no process of the test holds a pipe any more, so each reads to its end without
                     # blocking, and no further poll (and wake-up) is needed.
                     for fd in readers:
-                        chunks = bufs[fd]
-                        while chunks.read_from(fd):
-                            pass
-                        if chunks.over and fd in (out_r, ctl_r):
+                        _read_to_end(bufs[fd], fd)
+                        if bufs[fd].over and fd in (out_r, ctl_r):
                             ole = True
                     readers.clear()
             if in_w != -1:
