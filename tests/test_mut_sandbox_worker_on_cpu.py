@@ -98,7 +98,8 @@ def program(monkeypatch, tmp_path):
                 os.dup2(files[fd], fd)
             streams = worker._test_streams()  # as the zygote makes them (over pipes on 0-2), now over the files
             with pytest.raises(_Exited) as exited, _no_hang():
-                worker._run_program(compiled, req, str(tmp_path), preamble, streams)
+                worker._program_process_state(str(tmp_path))  # as the zygote sets it, once, for every test
+                worker._run_program(compiled, req, preamble, streams)
         finally:
             for fd in (0, 1, 2, 3):
                 if saved[fd] is None:
@@ -995,3 +996,11 @@ def test_zygote_cgroup_cpu_at_the_limit_is_not_over_it(zygote):
     zygote.cg = FakeCgroup(cpu_ns=(0,))
     reply, out, *_ = _test(zygote, "import time\ntime.sleep(0.2)\nprint(1)", time_s=0.5)
     assert (reply["tle"], reply["exit"], out) == (False, 0, b"1\n")
+
+
+def test_the_usual_control_message_is_the_bytes_the_runner_knows():
+    """A stdio program that ran to its end writes bytes made once; the runner matches them without parsing JSON."""
+    from mrgrpo.sandbox import runner
+
+    assert worker._CTL_OK == runner._CTL_OK
+    assert json.loads(worker._CTL_OK) == {"kind": "ok"}

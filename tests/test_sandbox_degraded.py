@@ -50,3 +50,19 @@ def test_degraded_mode_contains_kill_all_and_writes(degraded, tmp_path):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+@pytest.mark.parametrize("disable", [set(), {"test_tmpfs"}, {"namespaces"}], ids=["all", "no-tmpfs", "no-namespaces"])
+def test_every_mode_runs_the_program_in_the_same_process_state(monkeypatch, disable):
+    """The zygote sets the program's process state once for every test (the per-test directory in HOME and TMPDIR,
+    argv, no int/str digit limit, SIGXFSZ ignored): it holds in every test of a job, whether each test runs in the
+    same directory (a tmpfs per test) or in a new one (no tmpfs)."""
+    pool_mod.shutdown()
+    monkeypatch.setattr(pool_mod, "DISABLE", disable)
+    code = ("import os, signal, sys\nprint(os.environ['HOME'] == os.environ['TMPDIR'] == os.getcwd(), sys.argv, "
+            "len(str(10 ** 5000)), signal.getsignal(signal.SIGXFSZ) is signal.SIG_IGN)")
+    try:
+        result = run(Job(code=code, inputs=["", "", ""], outputs=["True ['solution.py'] 5001 True"] * 3))
+        assert result.verdict is Verdict.AC, result
+    finally:
+        pool_mod.shutdown()

@@ -83,8 +83,11 @@ _libc.unshare.argtypes = (ctypes.c_int,)
 _libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
 _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
 _libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
-# ... and bound to names of their own: a CDLL attribute goes through its class's __getattr__ hook on every call.
+# ... and bound to names of their own here, in the zygote: a CDLL attribute is made on first use (its class's
+# __getattr__ builds the function object), and a first use in a test process built it anew in every test (capset:
+# ~60 pages copied per test).
 _fork, _unshare, _setns, _mount, _umount2 = _libc.fork, _libc.unshare, _libc.setns, _libc.mount, _libc.umount2
+_capset = _libc.capset
 
 
 def fork() -> int:
@@ -156,25 +159,31 @@ def drop_capabilities() -> None:
     """Clear the effective, permitted and inheritable sets (ambient follows). Used for root of a user namespace."""
     header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (_CapData * 2)()
-    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    _check(_capset(ctypes.byref(header), ctypes.byref(data)), "capset")
 
 
 PR_SET_KEEPCAPS = 8
 CAP_DAC_READ_SEARCH = 2
 
 
-def drop_to_user(uid: int, gid: int, keep_read_search: bool) -> None:
-    """Root only: become uid/gid with no supplementary groups and no capabilities, except CAP_DAC_READ_SEARCH
-    when `keep_read_search` (so that an interpreter under /root, mode 0700, stays importable; Landlock, when
-    available, then alone decides what may be read)."""
+def prepare_drop_to_user(keep_read_search: bool) -> None:
+    """Root only, once in the zygote: no supplementary groups, and (with `keep_read_search`) keep the permitted
+    capabilities across the uid change that `drop_to_user` makes in each test process. Both are inherited by fork,
+    so no test process pays for them."""
     os.setgroups([])
     if keep_read_search:
         prctl(PR_SET_KEEPCAPS, 1)
+
+
+def drop_to_user(uid: int, gid: int, keep_read_search: bool) -> None:
+    """Root only, after `prepare_drop_to_user` in this process or an ancestor: become uid/gid with no capabilities,
+    except CAP_DAC_READ_SEARCH when `keep_read_search` (so that an interpreter under /root, mode 0700, stays
+    importable; Landlock, when available, then alone decides what may be read)."""
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     if keep_read_search:
         header, data = capset_read_search()
-        _check(_libc.capset(header, data), "capset")
+        _check(_capset(header, data), "capset")
 
 
 @functools.cache
@@ -256,7 +265,8 @@ class LandlockRules:
         self.extra = _PathBeneathAttr(0, -1)
 
     def restrict(self, fd: int, rights: int) -> None:
-        """Restrict this process (and its future children) to the rules plus (fd, rights)."""
+        """Restrict this process (and its future children) to the rules plus (fd, rights). Needs no_new_privs (set
+        once in the zygote by `seccomp_deny_keys_and_unix_sockets` or `set_no_new_privs`) or CAP_SYS_ADMIN."""
         self.extra.allowed_access, self.extra.parent_fd = rights & self.fs, fd
         ruleset = _check(_libc.syscall(_SYS_CREATE, ctypes.byref(self.attr), self.size, _ZERO),
                          "landlock_create_ruleset")
@@ -264,7 +274,6 @@ class LandlockRules:
             for rule in self.rules + [self.extra]:
                 _check(_libc.syscall(_SYS_ADD, ruleset, _LL_RULE_PATH_BENEATH, ctypes.byref(rule), _ZERO),
                        "landlock_add_rule")
-            prctl(PR_SET_NO_NEW_PRIVS, 1)
             _check(_libc.syscall(_SYS_RESTRICT, ruleset, _ZERO), "landlock_restrict_self")
         finally:
             os.close(ruleset)
@@ -665,12 +674,18 @@ def seccomp_available() -> bool:
     return os.uname().machine in _SECCOMP_ARCH
 
 
+def set_no_new_privs() -> None:
+    """No execve may raise privileges again (set-user-ID, file capabilities); inherited by fork, irreversible."""
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
 def seccomp_deny_keys_and_unix_sockets() -> None:
     """Install a seccomp filter: the kernel keyring calls (add_key, request_key, keyctl: keys of a uid outlive its
     processes) and `socket(AF_UNIX, ...)` (a pathname socket would reach host services; `socketpair` stays
     allowed) fail with EPERM; so does every call through a foreign ABI (32-bit or x32 entry on x86_64), whose
-    numbers the filter would otherwise misread. Sets no_new_privs. The program is built once per process."""
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    numbers the filter would otherwise misread. Sets no_new_privs. Installed once in the zygote (which needs none of
+    these calls): every test process inherits it at fork, and no process can remove it."""
+    set_no_new_privs()
     _check(_libc.prctl(_PR_SET_SECCOMP, _MODE_FILTER, seccomp_program(), _ULONG0, _ULONG0), "seccomp")
 
 
