@@ -311,6 +311,52 @@ def test_a_test_directory_is_pristine_and_tells_nothing_of_earlier_tests():
     assert judge(code, n=4, expected=expected).verdict is Verdict.AC
 
 
+def test_the_directory_above_a_test_is_read_only_and_holds_nothing_but_its_mount_point():
+    # With a tmpfs per test, one Landlock ruleset (made once per slot) covers the slot directory above the test's
+    # mount point: that directory must give a program nowhere to leave anything for a later test. (As root the
+    # test process's own uid cannot write there either; test_sandbox_unprivileged.py checks the case where only
+    # the read-only mount stands in the way.)
+    code = """
+    import os
+    try:
+        names = os.listdir("..")
+    except OSError:
+        names = []
+    made = []
+    for name, make in (("x", lambda: open("../x", "w")), ("y", lambda: os.mkdir("../y")),
+                       ("z", lambda: os.symlink(".", "../z")), ("w", lambda: os.rename("..", "../../w"))):
+        try:
+            make()
+            made.append(name)
+        except OSError:
+            pass
+    print("none" if not made and names in ([], [os.path.basename(os.getcwd())]) else f"{names} {made}")
+    """
+    assert_no_state_crosses(code)
+
+
+def test_no_test_can_widen_the_landlock_ruleset_of_later_tests():
+    # The slot's one Landlock ruleset is applied in each test process before the program runs; a program that
+    # found its descriptor could add rules (say, write access to /) that every later test would get.
+    if not layers()["landlock"]:
+        pytest.skip("no Landlock here")
+    code = """
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+
+    class Rule(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    root = os.open("/", os.O_PATH)
+    rule = Rule((1 << 16) - 1, root)
+    added = [fd for fd in range(1024) if libc.syscall(ctypes.c_long(445), fd, 1, ctypes.byref(rule), 0) == 0]
+    print("none" if not added else f"added a rule through {added}")
+    """
+    assert_no_state_crosses(code)
+
+
 def test_unremovable_looking_leftovers_are_cleaned():
     code = """
     import os, stat

@@ -36,6 +36,11 @@ CASES = {
 _SYSV_PROBE = ("import ctypes\nlibc = ctypes.CDLL(None)\nif libc.shmget(0x4D5248, 4096, 0) >= 0:\n    print('found')\n"
                "else:\n    libc.shmget(0x4D5248, 4096, 0o1666)\n    print('none')", "", "none\n")
 CASES["sysv_first"] = CASES["sysv_second"] = _SYSV_PROBE  # the second run must not find the first one's segment
+# The slot directory above a test's tmpfs (owned by the namespace's root, which a test process still is): a file left
+# there would reach the next test; the second run must not find the first one's.
+_ABOVE_PROBE = ("import os\nif os.path.exists('../left'):\n    print('found')\nelse:\n    try:\n"
+                "        open('../left', 'w')\n    except OSError:\n        pass\n    print('none')", "", "none\n")
+CASES["above_first"] = CASES["above_second"] = _ABOVE_PROBE
 
 SCRIPT = """
 import json, sys
@@ -112,6 +117,10 @@ def test_memory_flood_contained_unprivileged(verdicts):
 
 def test_sysv_ipc_does_not_survive_a_test_unprivileged(verdicts):
     assert verdicts[0]["sysv_first"] == verdicts[0]["sysv_second"] == "AC"
+
+
+def test_nothing_left_above_a_test_reaches_the_next_unprivileged(verdicts):
+    assert verdicts[0]["above_first"] == "AC" and verdicts[0]["above_second"] == "AC", verdicts[0]
 
 
 def test_round_two_layers_hold_unprivileged(verdicts):

@@ -264,9 +264,9 @@ class LandlockRules:
         self.rules = [_PathBeneathAttr(rights & fs, fd) for fd, rights in rules]
         self.extra = _PathBeneathAttr(0, -1)
 
-    def restrict(self, fd: int, rights: int) -> None:
-        """Restrict this process (and its future children) to the rules plus (fd, rights). Needs no_new_privs (set
-        once in the zygote by `seccomp_deny_keys_and_unix_sockets` or `set_no_new_privs`) or CAP_SYS_ADMIN."""
+    def ruleset(self, fd: int, rights: int) -> int:
+        """A Landlock ruleset (a descriptor) of the rules plus (fd, rights). One made in the zygote serves every test
+        process (`restrict_self`), when the directory its tests write is the same in each (see worker.py)."""
         self.extra.allowed_access, self.extra.parent_fd = rights & self.fs, fd
         ruleset = _check(_libc.syscall(_SYS_CREATE, ctypes.byref(self.attr), self.size, _ZERO),
                          "landlock_create_ruleset")
@@ -274,9 +274,24 @@ class LandlockRules:
             for rule in self.rules + [self.extra]:
                 _check(_libc.syscall(_SYS_ADD, ruleset, _LL_RULE_PATH_BENEATH, ctypes.byref(rule), _ZERO),
                        "landlock_add_rule")
-            _check(_libc.syscall(_SYS_RESTRICT, ruleset, _ZERO), "landlock_restrict_self")
+        except BaseException:
+            os.close(ruleset)
+            raise
+        return ruleset
+
+    def restrict(self, fd: int, rights: int) -> None:
+        """Restrict this process (and its future children) to the rules plus (fd, rights)."""
+        ruleset = self.ruleset(fd, rights)
+        try:
+            restrict_self(ruleset)
         finally:
             os.close(ruleset)
+
+
+def restrict_self(ruleset: int) -> None:
+    """Restrict this process (and its future children) to a Landlock ruleset; for good: a domain only narrows.
+    Needs no_new_privs (the zygote sets it once: `set_no_new_privs`, or with the seccomp filter) or CAP_SYS_ADMIN."""
+    _check(_libc.syscall(_SYS_RESTRICT, ruleset, _ZERO), "landlock_restrict_self")
 
 
 _SYS_CREATE = ctypes.c_long(SYS_landlock_create_ruleset)
@@ -855,16 +870,22 @@ def _mirror(root: str, path: str, depth: int = 0) -> str:
     return host
 
 
+def make_read_only(path: str) -> None:
+    """Remount the mount at `path` read-only (this mount only, not its file system), keeping its other flags (some
+    may be locked in a user namespace). Mounting on a directory under it stays possible."""
+    keep = 0
+    st = os.statvfs(path)
+    for bit, flag in _ST_TO_MS.items():
+        if st.f_flag & bit:
+            keep |= flag
+    mount("none", path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+
+
 def _bind(source: str, target: str, read_only: bool) -> None:
     mount(source, target, None, MS_BIND | MS_REC)
     if read_only:
-        keep = 0
-        st = os.statvfs(source)
-        for bit, flag in _ST_TO_MS.items():
-            if st.f_flag & bit:
-                keep |= flag
         try:
-            mount("none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+            make_read_only(target)
         except OSError:
             pass  # stays writable: Landlock still denies writes
 

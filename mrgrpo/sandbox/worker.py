@@ -307,7 +307,8 @@ class _Zygote:
                                 "not the test")
         self.abi = 0 if "landlock" in cfg.get("disable", ()) else iso.landlock_abi()
         self.rules: list[tuple[int, int]] = []
-        self.landlock = None  # built once; each test process adds its directory and applies it
+        self.landlock = None  # built once; each test process adds its directory and applies it ...
+        self.ruleset = None  # ... or applies this one ruleset, made once (`share_one_ruleset`)
         if self.abi:
             layers["landlock"] = self.abi
             self._open_read_rules(cfg)
@@ -347,6 +348,26 @@ class _Zygote:
                                      "uid and create AF_UNIX sockets")
         if self.landlock is not None:
             iso.set_no_new_privs()  # landlock_restrict_self needs it once the test process has dropped root
+
+    def share_one_ruleset(self) -> None:
+        """With a tmpfs per test, every test writes under the same mount point: one Landlock ruleset made here serves
+        them all (a test process only applies it) instead of one built in each. Its rule for the test's files is on
+        the slot directory, made read-only first: Landlock's walk from a file of the test's tmpfs crosses its mount
+        point to the slot directory, which holds nothing but that mount point and which no test can change."""
+        if self.landlock is None or not self.per_test_tmpfs:
+            return
+        try:
+            if not self.mount_point_made:
+                os.mkdir(self.mount_point, 0o700)
+                self.mount_point_made = True
+            iso.make_read_only(self.slot_dir)
+            fd, _ = iso.open_path(self.slot_dir)
+            try:
+                self.ruleset = self.landlock.ruleset(fd, iso.ALL_FS_RIGHTS)
+            finally:
+                os.close(fd)
+        except OSError:
+            self.ruleset = None  # each test process builds its own, as without a tmpfs
 
     def _open_read_rules(self, cfg) -> None:
         seen = set()
@@ -403,12 +424,10 @@ class _Zygote:
                 try:
                     iso.umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
                 except OSError:
-                    # Never expected; cleanup must still not fail: empty what is visible and move to a new
-                    # mount point, so that no later test mounts over (or sees) what is left here.
+                    # Never expected; cleanup must still not fail: empty what is visible. The next test's tmpfs is
+                    # mounted over this one, so no later test sees what is left here.
                     iso.remove_tree(tmp)
-                    self.counter += 1
-                    self.mount_point = f"{self.slot_dir}/t{self.counter}"
-                    self.mount_point_made = False
+                    self.mount_point_made = os.path.isdir(tmp)
         self.counter += 1
         tmp = f"{self.slot_dir}/t{self.counter}"
         os.mkdir(tmp, 0o700)
@@ -667,7 +686,9 @@ class _Zygote:
                             stack_bytes=mem, fsize_bytes=lim["file_bytes"], nofile=64,
                             nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"])
                             else None)
-            if self.landlock is not None:
+            if self.ruleset is not None:
+                iso.restrict_self(self.ruleset)  # closed below with every other descriptor, before the program
+            elif self.landlock is not None:
                 tmp_fd, _ = iso.open_path(tmp)
                 self.landlock.restrict(tmp_fd, iso.ALL_FS_RIGHTS)
             if self.uid is not None:
@@ -777,6 +798,7 @@ def _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root) -> None:
         except OSError as exc:
             warnings_out.append(f"no minimal file tree ({exc}): programs can stat any host path and see host "
                                 "sockets (connecting to them needs AF_UNIX sockets, which seccomp denies)")
+    zygote.share_one_ruleset()  # after the minimal tree: its bind of the slot directory is what tests see
     send(resp_fd, {"ready": True, "layers": layers, "warnings": zygote.warnings})
     while True:
         req = recv(req_fd)
