@@ -328,18 +328,25 @@ def run_judge(name: str, batch: list[dict], workers: int, processes: int = 1) ->
 # The named baseline of the per-test table: the least a fork-per-test runner of the same interpreter can cost. The
 # same preloaded modules, one fork per test from a warm Python process, stdin and stdout through pipes, the child
 # reaped; no namespace, tmpfs, Landlock, seccomp, rlimit, uid, cgroup or output cap. What the sandbox costs on top of
-# this is what its isolation and machinery cost, wherever a page copy lands (zygote or test process).
+# this is what its isolation and machinery cost, wherever a page copy lands (zygote or test process). With `os.fork`
+# the child also runs CPython's at-fork handlers (`threading` and `random`, among the preloads, register some), which
+# the sandbox skips by forking from libc; the "libc" variant does the same, so the difference is isolation alone.
 _BARE_RUNNER = r"""
 import gc, json, os, sys
 for name in json.loads(sys.argv[2]):
     __import__(name)
+if sys.argv[3] == "libc":
+    import ctypes
+    fork = ctypes.CDLL(None, use_errno=True).fork
+else:
+    fork = os.fork
 code = compile("print(input())", "solution.py", "exec")
 gc.freeze()
 right = 0
 for _ in range(int(sys.argv[1])):
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:
         os.dup2(in_r, 0)
         os.dup2(out_w, 1)
@@ -362,8 +369,9 @@ print(right)
 """
 
 
-def bare_runner(n: int) -> tuple[float, float]:
-    """(wall, CPU of all processes) per test of `_BARE_RUNNER`, `n` trivial tests serially (start-up excluded)."""
+def bare_runner(n: int, fork: str = "os") -> tuple[float, float]:
+    """(wall, CPU of all processes) per test of `_BARE_RUNNER`, `n` trivial tests serially (start-up excluded);
+    `fork` is "os" (`os.fork`, with CPython's at-fork handlers) or "libc" (without, as the sandbox forks)."""
     import subprocess
 
     from mrgrpo.sandbox import worker
@@ -371,7 +379,7 @@ def bare_runner(n: int) -> tuple[float, float]:
     def run(count: int) -> tuple[float, float]:
         cpu0, start = _own_cpu(), time.perf_counter()
         out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _BARE_RUNNER, str(count),
-                              json.dumps(worker._PRELOAD)], check=True, stdout=subprocess.PIPE, text=True).stdout
+                              json.dumps(worker._PRELOAD), fork], check=True, stdout=subprocess.PIPE, text=True).stdout
         wall, cpu = time.perf_counter() - start, _own_cpu() - cpu0
         if out.strip() != str(count):
             raise RuntimeError(f"the bare runner echoed {out.strip()} of {count} inputs")
@@ -431,6 +439,11 @@ def overhead(workers: int, serial: bool = True, n: int = 400) -> list[tuple[str,
         extra = cpu / n - bare_cpu
         rows.append(("sandbox minus baseline: CPU per test of all processes (isolation and machinery, wherever "
                      "page copies land)", f"{extra * 1e3:.2f} ms ({cpu / n / bare_cpu:.2f}x the baseline)"))
+        libc_wall, libc_cpu = bare_runner(n, fork="libc")
+        rows.append(("baseline 2: the same bare runner forking from libc as the sandbox does (no at-fork handlers): "
+                     "wall / CPU per test of all processes", f"{libc_wall * 1e3:.2f} ms / {libc_cpu * 1e3:.2f} ms"))
+        rows.append(("sandbox minus baseline 2: CPU per test of all processes (what isolation and the sandbox's "
+                     "machinery cost)", f"{(cpu / n - libc_cpu) * 1e3:.2f} ms ({cpu / n / libc_cpu:.2f}x baseline 2)"))
     jobs = [Job(code="print(input())", inputs=["x"] * 20, outputs=["x"] * 20) for _ in range(40 * workers)]
     run_batch(jobs[:workers], workers=workers)
     start = time.perf_counter()

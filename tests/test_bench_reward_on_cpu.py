@@ -31,8 +31,9 @@ def test_a_batch_judged_from_several_processes_comes_back_in_order_and_right():
 
 def test_the_bare_runner_baseline_runs_each_test_and_reads_its_output():
     bench = _bench()
-    wall, cpu = bench.bare_runner(3)  # raises unless all 3 forked programs echoed their input
-    assert isinstance(wall, float) and isinstance(cpu, float)
+    for fork in ("os", "libc"):
+        wall, cpu = bench.bare_runner(3, fork=fork)  # raises unless all 3 forked programs echoed their input
+        assert isinstance(wall, float) and isinstance(cpu, float)
 
 
 def test_the_layer_benchmark_leaves_out_the_layer_it_names_and_restores_the_switch():
