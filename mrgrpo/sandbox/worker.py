@@ -15,6 +15,7 @@ child     PID 1 of its own PID namespace: rlimits, Landlock, uid/capability drop
 
 from __future__ import annotations
 
+import _random
 import _signal
 import gc
 import importlib.util
@@ -901,6 +902,9 @@ def _program_process_state(test_dir: str | None) -> None:
     # over RLIMIT_FSIZE, write() fails with EFBIG and no kill (`_signal`: `signal.signal` converts enums)
     _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
     sys.argv = ["solution.py"]
+    import builtins
+
+    builtins.exit, builtins.quit = _QUITTERS  # what the site module would add (the interpreter runs with -S)
     if test_dir is not None:
         os.environ["HOME"] = os.environ["TMPDIR"] = test_dir
 
@@ -909,11 +913,11 @@ def _run_program(code, req, preamble, streams) -> None:
     """Runs the program in a test process whose set-up is done (and in the state `_program_process_state` made)."""
     sys.stdin, sys.stdout, sys.stderr = streams  # pristine: made in the zygote, never used there
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams
-    if "random" in sys.modules:  # a fresh state per test; a 128-bit seed, not 2,496 bytes of it (fewer page copies)
-        sys.modules["random"].seed(int.from_bytes(os.urandom(16), "little"))
+    if "random" in sys.modules:  # a fresh state per test; a 128-bit seed, not 2,496 bytes of it (fewer page copies),
+        # through the C method (random.Random.seed adds type checks and resets gauss_next, which the zygote never set)
+        _random.Random.seed(sys.modules["random"]._inst, int.from_bytes(os.urandom(16), "little"))
     import builtins
 
-    builtins.exit, builtins.quit = _QUITTERS
     main_module = types.ModuleType("__main__")
     main_module.__builtins__ = builtins
     sys.modules["__main__"] = main_module
