@@ -7,10 +7,12 @@ launcher  enters new namespaces (mount, network, PID; plus user when not root), 
 zygote    pre-imports common modules, reads requests (code + ONE test input, never an expected output) on
           fd 0 and answers on fd 1, framed marshal. Per test it forks a child into a fresh PID namespace,
           feeds stdin, collects stdout/stderr/result under caps and a wall-clock deadline, and reports exit
-          status, signal and CPU time. It never runs model code itself (it only compiles it).
-child     PID 1 of its own PID namespace: rlimits, Landlock, uid/capability drop, closes every other fd,
-          then runs the program: as a script (stdio mode) or calls the entry point and writes the return
-          value as plain JSON to fd 3 (call mode).
+          status, signal and CPU time. It never runs model code itself (it only compiles it). What is the same
+          for every test it sets up once and the fork passes on: the seccomp filter, no_new_privs, the
+          program's process state, and (with a tmpfs per test) the Landlock ruleset.
+child     PID 1 of its own PID namespace: IPC namespace, slot cgroup, rlimits, Landlock, uid/capability drop,
+          closes every other fd, then runs the program: as a script (stdio mode) or calls the entry point and
+          writes the return value as plain JSON to fd 3 (call mode).
 """
 
 from __future__ import annotations
