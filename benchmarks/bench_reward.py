@@ -205,6 +205,12 @@ def _warm_mrgrpo(workers: int) -> None:
     run_batch([Job(code="print(1)", inputs=[""], outputs=["1"])] * workers, workers=workers)
 
 
+def _disabled() -> set[str]:
+    from mrgrpo.sandbox import pool
+
+    return set(pool.DISABLE)
+
+
 def _shard_main(path: str, workers: int) -> int:
     """One judging process of `--processes P`: judge the shard in `path` with `workers` threads over its own pool
     (node-wide admission caps all shards together), after a "go" line on stdin; print one JSON line."""
@@ -238,7 +244,8 @@ def _judge_in_processes(batch: list[dict], workers: int, processes: int) -> tupl
             with open(path, "w") as f:
                 json.dump(shard, f)
             procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--shard", path,
-                                           "--workers", str(workers)], stdin=subprocess.PIPE,
+                                           "--workers", str(workers), "--disable", ",".join(sorted(_disabled()))],
+                                          stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, text=True, env=env))
         for p in procs:
             line = p.stdout.readline()
@@ -513,8 +520,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=1,
                     help="judge mrgrpo's batch from P processes sharing the slots through node-wide admission, as "
                          "verl's agent-loop and reward workers do (default 1: threads in this process)")
+    ap.add_argument("--disable", default="",
+                    help="diagnosis only: switch these sandbox layers off (comma-separated names of "
+                         "mrgrpo.sandbox.pool.DISABLE, e.g. cgroup_v1,cgroup_v2 to see what the slot cgroup costs); "
+                         "the numbers are then not those of the sandbox as it runs")
     ap.add_argument("--shard", help=argparse.SUPPRESS)  # internal: one judging process of --processes
     args = ap.parse_args(argv)
+    if args.disable:
+        from mrgrpo.sandbox import pool
+
+        pool.DISABLE.update(name for name in args.disable.split(",") if name)
+        if not args.shard:
+            print(f"layers switched off for this measurement (not the sandbox as it runs): {sorted(pool.DISABLE)}")
     if args.shard:
         return _shard_main(args.shard, int(args.workers))
     if args.processes < 1:

@@ -75,3 +75,21 @@ def test_the_machine_wide_busy_cpu_counts_what_this_process_burns():
     while own() - own0 < 0.3:
         x += 1
     assert bench.machine_busy_cpu() - busy0 >= 0.25  # clock ticks of 10 ms: a little below what was burnt
+
+
+def test_disabled_layers_reach_every_judging_process(monkeypatch):
+    """`--disable` (diagnosis only) switches the layers off in the shards of `--processes P` too: a program that only
+    passes without the seccomp filter (it opens an AF_UNIX socket) passes in every shard."""
+    bench = _bench()
+    from mrgrpo.sandbox import pool
+
+    pool.shutdown()
+    monkeypatch.setattr(pool, "DISABLE", {"seccomp"})
+    code = "import socket\ntry:\n    socket.socket(socket.AF_UNIX).close()\n    print('open')\nexcept OSError:\n    print('closed')"
+    item = {"id": "probe", "kind": "probe", "response": f"```python\n{code}\n```\n", "num_tests": 1,
+            "ground_truth": '{"inputs": [""], "outputs": ["open\\n"]}', "should_pass": True}
+    try:
+        result = bench.run_judge("mrgrpo", [item, dict(item)], workers=2, processes=2)
+    finally:
+        pool.shutdown()
+    assert result["agree"] == 2, result["verdicts"]
