@@ -85,7 +85,8 @@ def test_disabled_layers_reach_every_judging_process(monkeypatch):
 
     pool.shutdown()
     monkeypatch.setattr(pool, "DISABLE", {"seccomp"})
-    code = "import socket\ntry:\n    socket.socket(socket.AF_UNIX).close()\n    print('open')\nexcept OSError:\n    print('closed')"
+    code = ("import socket\ntry:\n    socket.socket(socket.AF_UNIX).close()\n    print('open')\n"
+            "except OSError:\n    print('closed')")
     item = {"id": "probe", "kind": "probe", "response": f"```python\n{code}\n```\n", "num_tests": 1,
             "ground_truth": '{"inputs": [""], "outputs": ["open\\n"]}', "should_pass": True}
     try:

@@ -737,6 +737,7 @@ def _run_test(z, req):
     try:
         with _no_hang(30.0):
             reply, buffers = z.run_test(req)
+            z.clean_up()  # as the zygote's loop does once the reply is sent
     finally:
         if os.getpid() != me:  # a forked test process that came back here (a broken fork): never run pytest twice
             os._exit(70)

@@ -250,6 +250,7 @@ class _Zygote:
         self.is_root = is_root
         self.uid = cfg["uid"] if is_root else None
         self.counter = 0
+        self.pending = None  # (directory, descriptors) of the last test, until clean_up()
         self.code_id = None
         self.code = None  # compiled code object, or a syntax error message
         for name in _PRELOAD:
@@ -403,7 +404,10 @@ class _Zygote:
             self.code = f"{type(exc).__name__}: {getattr(exc, 'msg', None) or exc}{where}"
         gc.freeze()
 
-    def run_test(self, req) -> dict:
+    def run_test(self, req) -> tuple[dict, list]:
+        """Run one test; returns (reply, output buffers). Its directory and descriptors are left for `clean_up`,
+        which the caller runs once the reply is sent: the unmount waits for an RCU grace period, and that wait then
+        overlaps the judging process's work instead of delaying the verdict. On an exception they go here."""
         # Each Python function the zygote calls after a fork costs it copy-on-write faults (its function and code
         # objects, and what they touch, are written): the per-test path calls as few as it can.
         if req["code_id"] != self.code_id:
@@ -420,32 +424,40 @@ class _Zygote:
                 os.mkdir(tmp, 0o700)
                 self.mount_point_made = True
             iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
-            try:
-                return self._fork_and_watch(req, tmp, fds)
-            finally:
-                self._close_all(fds)
-                try:
-                    iso.umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
-                except OSError:
-                    # Never expected; cleanup must still not fail: empty what is visible. The next test's tmpfs is
-                    # mounted over this one, so no later test sees what is left here.
-                    iso.remove_tree(tmp)
-                    self.mount_point_made = os.path.isdir(tmp)
-        self.counter += 1
-        tmp = f"{self.slot_dir}/t{self.counter}"
-        os.mkdir(tmp, 0o700)
+        else:
+            self.counter += 1
+            tmp = f"{self.slot_dir}/t{self.counter}"
+            os.mkdir(tmp, 0o700)
+        self.pending = (tmp, fds)
         try:
-            if self.uid is not None:
+            if not self.per_test_tmpfs and self.uid is not None:
                 os.chown(tmp, self.uid, self.uid)
             return self._fork_and_watch(req, tmp, fds)
-        finally:
-            self._close_all(fds)
-            # Whatever the program left (deep trees, odd modes, sockets) goes without any way to fail: the
-            # test's processes are all dead here; an unremovable leftover stays under a unique name.
+        except BaseException:
+            self.clean_up()
+            raise
+
+    def clean_up(self) -> None:
+        """After a test (all its processes are dead): close its descriptors and remove its directory, without any
+        way to fail. Whatever the program left (deep trees, odd modes, sockets) goes with it."""
+        if self.pending is None:
+            return
+        tmp, fds = self.pending
+        self.pending = None
+        self._close_all(fds)
+        if self.per_test_tmpfs:
             try:
-                os.rmdir(tmp)  # a program that wrote nothing left an empty directory
+                iso.umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
             except OSError:
+                # Never expected; cleanup must still not fail: empty what is visible. The next test's tmpfs is
+                # mounted over this one, so no later test sees what is left here.
                 iso.remove_tree(tmp)
+                self.mount_point_made = os.path.isdir(tmp)
+            return
+        try:
+            os.rmdir(tmp)  # a program that wrote nothing left an empty directory
+        except OSError:
+            iso.remove_tree(tmp)  # an unremovable leftover stays under a name no later test gets
 
     @staticmethod
     def _close_all(fds: list[int]) -> None:
@@ -813,7 +825,10 @@ def _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root) -> None:
                     pass
             return
         reply, buffers = zygote.run_test(req)
-        send(resp_fd, reply, buffers)
+        try:
+            send(resp_fd, reply, buffers)
+        finally:
+            zygote.clean_up()  # after the verdict's data is on its way (see run_test)
 
 
 # ---------------------------------------------------------------- the program, inside the child
