@@ -702,7 +702,8 @@ class _Zygote:
                             nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"])
                             else None)
             if self.ruleset is not None:
-                iso.restrict_self(self.ruleset)  # closed below with every other descriptor, before the program
+                iso.restrict_self(self.ruleset)
+                os.close(self.ruleset)  # this copy, at once: no process of the test ever holds it (nor can add rules)
             elif self.landlock is not None:
                 tmp_fd, _ = iso.open_path(tmp)
                 self.landlock.restrict(tmp_fd, iso.ALL_FS_RIGHTS)
