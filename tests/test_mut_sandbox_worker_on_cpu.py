@@ -1005,3 +1005,21 @@ def test_the_usual_control_message_is_the_bytes_the_runner_knows():
 
     assert worker._CTL_OK == runner._CTL_OK
     assert json.loads(worker._CTL_OK) == {"kind": "ok"}
+
+
+@pytest.mark.parametrize("kind,cpu_text,events_name,events_text,cpu_ns,ooms", [
+    ("v1", "1234567\n", "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", 1234567, 3),
+    ("v2", "usage_usec 1234\nuser_usec 1000\nsystem_usec 234\n", "memory.events",
+     "low 0\nhigh 0\nmax 2\noom 2\noom_kill 5\noom_group_kill 0\n", 1234000, 5),
+])
+def test_cgroup_cpu_and_oom_kills_are_read_from_the_kernel_files(tmp_path, kind, cpu_text, events_name, events_text,
+                                                                 cpu_ns, ooms):
+    """CPU (v1 cpuacct.usage in ns, v2 cpu.stat usage_usec) and OOM kills (oom_kill, not oom_kill_disable nor
+    oom_group_kill) as the kernel writes them."""
+    cpu = tmp_path / ("cpuacct.usage" if kind == "v1" else "cpu.stat")
+    cpu.write_text(cpu_text)
+    (tmp_path / events_name).write_text(events_text)
+    cg = worker.iso.CgroupHandle({"procs": [], "cpu": (str(cpu), kind), "mem": (str(tmp_path), kind)})
+    assert (cg.cpu_ns(), cg.oom_kills()) == (cpu_ns, ooms)
+    (tmp_path / events_name).write_text("oom_kill_disable 0\nunder_oom 0\n" if kind == "v1" else "low 0\noom 0\n")
+    assert cg.oom_kills() == 0

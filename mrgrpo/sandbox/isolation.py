@@ -564,6 +564,19 @@ def private_slot_cgroup(mountpoint: str, name: str) -> tuple[dict, tuple[int, st
     return cg.config(), (os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), name)
 
 
+def _field(data: bytes, key: bytes) -> int | None:
+    """The integer after `key` (its name and a space) at the start of a line of a flat-keyed cgroup file."""
+    if data.startswith(key):
+        start = len(key)
+    else:
+        at = data.find(b"\n" + key)
+        if at < 0:
+            return None
+        start = at + 1 + len(key)
+    end = data.find(b"\n", start)
+    return int(data[start:end] if end >= 0 else data[start:])
+
+
 class CgroupHandle:
     """The zygote's side of a SlotCgroup: descriptors for joining and reading, opened once."""
 
@@ -593,31 +606,20 @@ class CgroupHandle:
         for fd in self.procs_fds:
             os.write(fd, b"0")
 
-    @staticmethod
-    def _read(fd: int) -> str:
-        return os.pread(fd, 4096, 0).decode()
-
     def cpu_ns(self) -> int | None:
         if self.cpu_fd is None:
             return None
-        text = self._read(self.cpu_fd)
+        data = os.pread(self.cpu_fd, 4096, 0)
         if self.cpu_kind == "v1":
-            return int(text)
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "usage_usec":
-                return int(value) * 1000
-        return None
+            return int(data)
+        value = _field(data, b"usage_usec ")  # read in bytes: fewer objects per test in the zygote
+        return None if value is None else value * 1000
 
     def oom_kills(self) -> int:
         fd = self.mem_fds.get("events")
         if fd is None:
             return 0
-        for line in self._read(fd).splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
+        return _field(os.pread(fd, 4096, 0), b"oom_kill ") or 0
 
     def held_bytes(self, below: int) -> int:
         """Memory the slot cgroup holds that the kernel cannot reclaim (anonymous and shared memory: v1 `rss` +
@@ -630,7 +632,7 @@ class CgroupHandle:
         usage_fd = self.mem_fds.get("usage")
         if usage_fd is None:
             return 0
-        usage = int(self._read(usage_fd))
+        usage = int(os.pread(usage_fd, 64, 0))
         stat_fd = self.mem_fds.get("stat")
         if usage < below or stat_fd is None:
             return usage
