@@ -350,7 +350,7 @@ class _Zygote:
                 self.layers["seccomp"] = False
                 self.warnings.append(f"no seccomp filter ({exc}): programs can use the kernel keyrings of their "
                                      "uid and create AF_UNIX sockets")
-        if self.landlock is not None:
+        if self.landlock is not None and not self.layers["seccomp"]:  # (installing the filter set it already)
             iso.set_no_new_privs()  # landlock_restrict_self needs it once the test process has dropped root
 
     def share_one_ruleset(self) -> None:
@@ -361,9 +361,7 @@ class _Zygote:
         if self.landlock is None or not self.per_test_tmpfs:
             return
         try:
-            if not self.mount_point_made:
-                os.mkdir(self.mount_point, 0o700)
-                self.mount_point_made = True
+            self._make_mount_point()
             iso.make_read_only(self.slot_dir)
             fd, _ = iso.open_path(self.slot_dir)
             try:
@@ -420,9 +418,7 @@ class _Zygote:
             # test sees the same path): its files vanish at once when it is unmounted. The mount point itself is
             # under the tmpfs while a test runs, so no program can reach or change it.
             tmp = self.mount_point
-            if not self.mount_point_made:
-                os.mkdir(tmp, 0o700)
-                self.mount_point_made = True
+            self._make_mount_point()
             iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
         else:
             self.counter += 1
@@ -436,6 +432,11 @@ class _Zygote:
         except BaseException:
             self.clean_up()
             raise
+
+    def _make_mount_point(self) -> None:
+        if not self.mount_point_made:
+            os.mkdir(self.mount_point, 0o700)
+            self.mount_point_made = True
 
     def clean_up(self) -> None:
         """After a test (all its processes are dead): close its descriptors and remove its directory, without any
