@@ -311,6 +311,83 @@ def test_a_test_directory_is_pristine_and_tells_nothing_of_earlier_tests():
     assert judge(code, n=4, expected=expected).verdict is Verdict.AC
 
 
+def _fresh_tmpfs_output(code: str) -> str:
+    """What `code` prints as the first test of a slot's first tmpfs: the answer for a directory nobody used."""
+    pool_mod.shutdown()
+    return run(Job(code=textwrap.dedent(code), inputs=[""], outputs=[""])).tests[0].stdout
+
+
+def test_a_file_made_and_removed_again_leaves_no_trace_in_the_next_tests_inode_numbers():
+    # The tmpfs counts inodes it hands out: a file made and removed leaves the counts of files and blocks as they
+    # were, but the next file made gets a higher inode number. A tmpfs is reused only if no test touched it.
+    if not layers()["tmpfs"]:
+        pytest.skip("no per-test tmpfs here")
+    code = """
+    import os
+    open("a", "w").close()
+    print(os.stat("a").st_ino)
+    os.remove("a")
+    for i in range(5):
+        open(str(i), "w").close()
+        os.remove(str(i))
+    """
+    expected = _fresh_tmpfs_output(code)
+    assert expected.strip().isdigit()
+    assert judge(code, n=3, expected=expected).verdict is Verdict.AC
+
+
+def test_times_set_on_the_test_directory_do_not_reach_the_next_test():
+    if not layers()["tmpfs"]:
+        pytest.skip("no per-test tmpfs here")
+    code = """
+    import os
+    st = os.stat(".")
+    print(st.st_mtime_ns != 12345 * 10**9, st.st_atime_ns != 12345 * 10**9)
+    os.utime(".", (12345, 12345))
+    """
+    assert judge(code, n=3, expected="True True\n").verdict is Verdict.AC
+
+
+def test_an_extended_attribute_on_the_test_directory_does_not_reach_the_next_test():
+    if not layers()["tmpfs"]:
+        pytest.skip("no per-test tmpfs here")
+    code = """
+    import os
+    print(os.listxattr(".") or "none")
+    try:
+        os.setxattr(".", "user.secret", b"42")
+    except OSError:
+        pass
+    """
+    assert judge(code, n=3).verdict is Verdict.AC
+
+
+def test_an_untouched_tmpfs_serves_the_next_test():
+    # The saving itself: a test that changes nothing in its directory leaves the tmpfs to the next test (same
+    # root, same ctime: nothing was mounted in between). Only where the kernel dates every change (see worker.py).
+    if not layers().get("tmpfs_reuse"):
+        pytest.skip("no tmpfs reuse here (no per-test tmpfs, no PID namespace, or coarse ctimes)")
+    code = """
+    import os
+    print(os.stat(".").st_ctime_ns)
+    """
+    result = run(Job(code=textwrap.dedent(code), inputs=[""] * 3, outputs=[""] * 3, stop_on_first_failure=False))
+    assert len(result.tests) == 3 and len({t.stdout for t in result.tests}) == 1, result
+
+
+def test_a_test_that_wrote_a_file_gets_a_fresh_tmpfs_next():
+    if not layers().get("tmpfs_reuse"):
+        pytest.skip("no tmpfs reuse here (no per-test tmpfs, no PID namespace, or coarse ctimes)")
+    code = """
+    import os
+    print(os.stat(".").st_ctime_ns, os.listdir("."))
+    open("x", "w").write("x")
+    """
+    result = run(Job(code=textwrap.dedent(code), inputs=[""] * 3, outputs=[""] * 3, stop_on_first_failure=False))
+    assert len(result.tests) == 3 and len({t.stdout for t in result.tests}) == 3, result
+    assert all(t.stdout.endswith(" []\n") for t in result.tests), result
+
+
 def test_the_directory_above_a_test_is_read_only_and_holds_nothing_but_its_mount_point():
     # With a tmpfs per test, one Landlock ruleset (made once per slot) covers the slot directory above the test's
     # mount point: that directory must give a program nowhere to leave anything for a later test. (As root the

@@ -250,7 +250,7 @@ class _Zygote:
         self.is_root = is_root
         self.uid = cfg["uid"] if is_root else None
         self.counter = 0
-        self.pending = None  # (directory, descriptors) of the last test, until clean_up()
+        self.pending = None  # (directory, descriptors, whether it ended normally) of the last test, until clean_up()
         self.code_id = None
         self.code = None  # compiled code object, or a syntax error message
         for name in _PRELOAD:
@@ -270,6 +270,11 @@ class _Zygote:
         self.per_test_tmpfs = layers["tmpfs"] and "test_tmpfs" not in self.disable
         self.mount_point = f"{self.slot_dir}/t"
         self.mount_point_made = False
+        self.tmpfs_mounted = False
+        # Whether a tmpfs no test changed may serve the next test (decided at the first mount, see
+        # `_may_reuse_tmpfs`), and what it looked like when mounted.
+        self.reuse_tmpfs: bool | None = None
+        self.tmpfs_state = None
         # A fresh IPC namespace per test: SysV shared memory, semaphores, message queues and POSIX message
         # queues a program creates die with its test and are invisible to every other test.
         layers["ipc_ns"] = layers["pid_ns"] and "ipc_ns" not in cfg.get("disable", ())
@@ -416,22 +421,51 @@ class _Zygote:
         if self.per_test_tmpfs:
             # A fresh tmpfs per test, mounted on the slot's one mount point (no mkdir/rmdir per test, and every
             # test sees the same path): its files vanish at once when it is unmounted. The mount point itself is
-            # under the tmpfs while a test runs, so no program can reach or change it.
+            # under the tmpfs while a test runs, so no program can reach or change it. A tmpfs the last test
+            # left exactly as it was mounted serves again (`clean_up`).
             tmp = self.mount_point
-            self._make_mount_point()
-            iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
+            if not self.tmpfs_mounted:
+                self._mount_tmpfs()
         else:
             self.counter += 1
             tmp = f"{self.slot_dir}/t{self.counter}"
             os.mkdir(tmp, 0o700)
-        self.pending = (tmp, fds)
+        self.pending = (tmp, fds, False)
         try:
             if not self.per_test_tmpfs and self.uid is not None:
                 os.chown(tmp, self.uid, self.uid)
-            return self._fork_and_watch(req, tmp, fds)
+            reply, buffers = self._fork_and_watch(req, tmp, fds)
         except BaseException:
             self.clean_up()
             raise
+        # The test's PID 1 is reaped: with a PID namespace, no process of the test is left to touch its directory.
+        self.pending = (tmp, fds, "infra" not in reply)
+        return reply, buffers
+
+    def _mount_tmpfs(self) -> None:
+        tmp = self.mount_point
+        self._make_mount_point()
+        iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
+        self.tmpfs_mounted = True
+        if self.reuse_tmpfs:
+            self.tmpfs_state = _tmpfs_state(tmp)  # also reads the root's ctime: its next change gets a new one
+
+    def decide_tmpfs_reuse(self) -> None:
+        """Once, before the first test: may a tmpfs that looks untouched serve the next test? (Probed on a tmpfs of
+        its own, unmounted again: the probe's files would show in the first test's inode numbers.)"""
+        self.reuse_tmpfs = False
+        if self.per_test_tmpfs and self.pidns_fd is not None and "tmpfs_reuse" not in self.disable:
+            try:
+                self._make_mount_point()
+                iso.mount(b"tmpfs", self.mount_point, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV, b"size=64k,mode=0700")
+            except OSError:
+                return
+            self.reuse_tmpfs = _ctime_moves_at_every_change(self.mount_point)
+            try:
+                iso.umount(self.mount_point)
+            except OSError:  # never expected; the first test's tmpfs is mounted over it, and none is reused
+                self.reuse_tmpfs = False
+        self.layers["tmpfs_reuse"] = self.reuse_tmpfs
 
     def _make_mount_point(self) -> None:
         if not self.mount_point_made:
@@ -443,10 +477,13 @@ class _Zygote:
         way to fail. Whatever the program left (deep trees, odd modes, sockets) goes with it."""
         if self.pending is None:
             return
-        tmp, fds = self.pending
+        tmp, fds, ended = self.pending
         self.pending = None
         self._close_all(fds)
         if self.per_test_tmpfs:
+            if ended and self.reuse_tmpfs and self.tmpfs_state is not None and _tmpfs_state(tmp) == self.tmpfs_state:
+                return  # exactly as mounted: the next test runs in it (saves a mount, and the unmount's RCU wait)
+            self.tmpfs_mounted = False
             try:
                 iso.umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
             except OSError:
@@ -730,6 +767,38 @@ class _Zygote:
         _run_program(self.code, req, self.preamble, self.streams)
 
 
+def _ctime_moves_at_every_change(tmp: str) -> bool:
+    """Whether a tmpfs that looks untouched after a test may serve the next one. Every change a program can make
+    to its directory (a file made, even if removed again; mode, times, extended attributes) moves the root's ctime,
+    and files left over show in the counts; what a removed file leaves (the tmpfs's inode and directory-offset
+    counters) shows only through that ctime. So the kernel must give a directory a new ctime at every change once
+    its ctime was read (multigrain timestamps, tmpfs since Linux 6.13): checked here, as coarse timestamps stay the
+    same within a clock tick. (The caller also needs a PID namespace: no process of a test outlives its PID 1.)"""
+    probe = tmp + "/p"
+    try:
+        for _ in range(16):
+            before = os.stat(tmp).st_ctime_ns
+            os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+            os.unlink(probe)
+            if os.stat(tmp).st_ctime_ns == before:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _tmpfs_state(path: str) -> tuple | None:
+    """What a test could change in a tmpfs, seen from outside: its root (which mount; mode, owner, links, size,
+    times: every change to the directory moves its ctime) and the blocks and inodes in use. None if unreadable."""
+    try:
+        st = os.stat(path)
+        fs = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_nlink, st.st_size, st.st_atime_ns,
+            st.st_mtime_ns, st.st_ctime_ns, fs.f_bfree, fs.f_ffree)
+
+
 def _test_streams() -> tuple:
     """sys.stdin, sys.stdout and sys.stderr for every test, made once here and never used here: each test process
     gets a pristine copy of them at its fork (building three text streams per test cost it ~100 copy-on-write page
@@ -816,6 +885,7 @@ def _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root) -> None:
             warnings_out.append(f"no minimal file tree ({exc}): programs can stat any host path and see host "
                                 "sockets (connecting to them needs AF_UNIX sockets, which seccomp denies)")
     zygote.share_one_ruleset()  # after the minimal tree: its bind of the slot directory is what tests see
+    zygote.decide_tmpfs_reuse()
     send(resp_fd, {"ready": True, "layers": layers, "warnings": zygote.warnings})
     while True:
         req = recv(req_fd)
