@@ -174,6 +174,14 @@ def _tree_self_cpu(pid: int) -> tuple[float, float]:
     return user, system
 
 
+def _self_cpu() -> float:
+    """CPU seconds of this process alone (all its threads), not its children."""
+    import resource
+
+    a = resource.getrusage(resource.RUSAGE_SELF)
+    return a.ru_utime + a.ru_stime
+
+
 def _own_cpu() -> float:
     import resource
 
@@ -222,17 +230,20 @@ def _shard_main(path: str, workers: int) -> int:
     print("ready", flush=True)
     sys.stdin.readline()
     _program_cpu[:] = [0.0, 0]
+    judging0 = _self_cpu()
     with ThreadPoolExecutor(workers) as ex:
         results = list(ex.map(_mrgrpo_one, shard))
-    print(json.dumps({"results": results, "floor": _program_cpu[0], "tests_run": _program_cpu[1]}), flush=True)
+    print(json.dumps({"results": results, "floor": _program_cpu[0], "tests_run": _program_cpu[1],
+                      "judging": _self_cpu() - judging0}), flush=True)
     shutdown()
     return 0
 
 
-def _judge_in_processes(batch: list[dict], workers: int, processes: int) -> tuple[list, float, float, int, float]:
+def _judge_in_processes(batch: list[dict], workers: int,
+                        processes: int) -> tuple[list, float, float, int, float, float]:
     """mrgrpo's judge spread over `processes` judging processes (as verl's agent-loop and reward workers are),
     sharing `workers` slots through node-wide admission. Returns (results in batch order, wall, CPU of all
-    processes, tests run, program CPU)."""
+    processes, tests run, program CPU, CPU of the judging processes themselves)."""
     import subprocess
 
     shards = [batch[i::processes] for i in range(processes)]
@@ -265,12 +276,13 @@ def _judge_in_processes(batch: list[dict], workers: int, processes: int) -> tupl
     results: list = [None] * len(batch)
     for i, out in enumerate(outs):
         results[i::processes] = [tuple(r) for r in out["results"]]
-    return results, wall, cpu, sum(o["tests_run"] for o in outs), sum(o["floor"] for o in outs)
+    return (results, wall, cpu, sum(o["tests_run"] for o in outs), sum(o["floor"] for o in outs),
+            sum(o["judging"] for o in outs))
 
 
-def _judge_here(name: str, batch: list[dict], workers: int) -> tuple[list, float, float]:
+def _judge_here(name: str, batch: list[dict], workers: int) -> tuple[list, float, float, float | None]:
     """The batch judged from this process (mrgrpo: threads over its pool; verl: a process pool). Returns (results,
-    wall, CPU of this process and its children, warm-up excluded)."""
+    wall, CPU of this process and its children, warm-up excluded; mrgrpo: CPU of this process alone)."""
     if name == "mrgrpo":
         from mrgrpo.sandbox import shutdown
 
@@ -283,13 +295,15 @@ def _judge_here(name: str, batch: list[dict], workers: int) -> tuple[list, float
     # children had already used.
     cpu0 = cpu_mark()
     _program_cpu[:] = [0.0, 0]
+    judging0 = _self_cpu()
     start = time.perf_counter()
     with executor:
         results = list(executor.map(fn, batch))
     wall = time.perf_counter() - start
+    judging = _self_cpu() - judging0 if name == "mrgrpo" else None
     if name == "mrgrpo":
         shutdown()  # the workers exit and are reaped: their CPU (and their tests') lands in RUSAGE_CHILDREN
-    return results, wall, _own_cpu() - cpu0
+    return results, wall, _own_cpu() - cpu0, judging
 
 
 def machine_busy_cpu() -> float | None:
@@ -307,10 +321,10 @@ def machine_busy_cpu() -> float | None:
 def run_judge(name: str, batch: list[dict], workers: int, processes: int = 1) -> dict:
     busy0 = machine_busy_cpu()
     if name == "mrgrpo" and processes > 1:
-        results, wall, cpu, tests_run, floor = _judge_in_processes(batch, workers, processes)
+        results, wall, cpu, tests_run, floor, judging = _judge_in_processes(batch, workers, processes)
         _program_cpu[:] = [floor, tests_run]
     else:
-        results, wall, cpu = _judge_here(name, batch, workers)
+        results, wall, cpu, judging = _judge_here(name, batch, workers)
     busy1 = machine_busy_cpu()
     busy = busy1 - busy0 if busy0 is not None and busy1 is not None else None
     latencies = sorted(r[2] for r in results)
@@ -324,7 +338,7 @@ def run_judge(name: str, batch: list[dict], workers: int, processes: int = 1) ->
         by_kind[item["kind"]][1] += 1
     return {"name": name, "wall": wall, "n": len(batch), "tests": sum(i["num_tests"] for i in batch),
             "workers": workers, "processes": processes if name == "mrgrpo" else workers,
-            "cpu": cpu, "floor": _program_cpu[0] if name == "mrgrpo" else None,
+            "cpu": cpu, "floor": _program_cpu[0] if name == "mrgrpo" else None, "judging": judging,
             "tests_run": _program_cpu[1] if name == "mrgrpo" else None,
             "max_latency": latencies[-1],
             "p50": statistics.median(latencies), "p99": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
@@ -571,6 +585,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"- {s['name']}, {s['workers']} slots: {s['busy']:.1f} CPU-s busy, {s['busy'] / s['wall']:.2f} of "
                   f"{os.cpu_count()} cores; counted {s['cpu']:.1f} CPU-s, {s['cpu'] / s['wall']:.2f} cores")
     mine = [s for s in stats if s["name"] == "mrgrpo"]
+    print("\nmrgrpo's overhead per test run split by process (the batch above; the overhead column is their sum):")
+    for s in mine:
+        per_test = 1e3 / s["tests_run"]
+        sandbox = s["cpu"] - s["floor"] - s["judging"]
+        print(f"- {s['workers']} slots: judging processes (reward function, threads, admission) "
+              f"{s['judging'] * per_test:.2f} ms; the sandbox's own processes (launcher, zygote: compiling each "
+              f"submission, fork, watch) and the kernel's work charged to them {sandbox * per_test:.2f} ms")
     if len(mine) >= 2:
         lo, hi = mine[0], mine[-1]
         scale = (hi["n"] / hi["wall"]) / (lo["n"] / lo["wall"]) / (hi["workers"] / lo["workers"])
