@@ -271,8 +271,8 @@ class _Zygote:
         self.mount_point = f"{self.slot_dir}/t"
         self.mount_point_made = False
         self.tmpfs_mounted = False
-        # Whether a tmpfs no test changed may serve the next test (decided at the first mount, see
-        # `_may_reuse_tmpfs`), and what it looked like when mounted.
+        # Whether a tmpfs no test changed may serve the next test (decided once, `decide_tmpfs_reuse`), and what
+        # the current one looked like when mounted.
         self.reuse_tmpfs: bool | None = None
         self.tmpfs_state = None
         # A fresh IPC namespace per test: SysV shared memory, semaphores, message queues and POSIX message
@@ -768,7 +768,8 @@ class _Zygote:
 
 
 def _ctime_moves_at_every_change(tmp: str) -> bool:
-    """Whether a tmpfs that looks untouched after a test may serve the next one. Every change a program can make
+    """Whether this kernel gives the root of a tmpfs a new ctime at every change once its ctime was read: what
+    makes a tmpfs that looks untouched after a test safe to serve the next one. Every change a program can make
     to its directory (a file made, even if removed again; mode, times, extended attributes) moves the root's ctime,
     and files left over show in the counts; what a removed file leaves (the tmpfs's inode and directory-offset
     counters) shows only through that ctime. So the kernel must give a directory a new ctime at every change once
