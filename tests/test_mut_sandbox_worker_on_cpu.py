@@ -1023,3 +1023,30 @@ def test_cgroup_cpu_and_oom_kills_are_read_from_the_kernel_files(tmp_path, kind,
     assert (cg.cpu_ns(), cg.oom_kills()) == (cpu_ns, ooms)
     (tmp_path / events_name).write_text("oom_kill_disable 0\nunder_oom 0\n" if kind == "v1" else "low 0\noom 0\n")
     assert cg.oom_kills() == 0
+
+
+def test_a_tmpfs_state_is_none_where_the_directory_is_gone(tmp_path):
+    assert worker._tmpfs_state(str(tmp_path / "gone")) is None
+
+
+def test_a_tmpfs_state_moves_with_the_directory_mode(tmp_path):
+    before = worker._tmpfs_state(str(tmp_path))
+    os.chmod(tmp_path, 0o751)
+    assert before is not None and worker._tmpfs_state(str(tmp_path)) != before
+
+
+def test_a_tmpfs_state_moves_with_the_owner(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("changing a directory's owner needs root")
+    before = worker._tmpfs_state(str(tmp_path))
+    os.chown(tmp_path, 12345, -1)
+    assert worker._tmpfs_state(str(tmp_path)) != before
+
+
+def test_the_ctime_probe_says_no_where_it_cannot_make_a_file(tmp_path):
+    assert worker._ctime_moves_at_every_change(str(tmp_path / "gone")) is False
+
+
+def test_the_ctime_probe_leaves_nothing_behind(tmp_path):
+    assert worker._ctime_moves_at_every_change(str(tmp_path)) in (True, False)
+    assert os.listdir(tmp_path) == []
