@@ -578,6 +578,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{floor} | {over} | {s['p50'] * 1e3:.0f} ms | {s['p99'] * 1e3:.0f} ms | "
               f"{s['max_latency'] / s['wall']:.1%} | {s['agree'] / s['n']:.1%} ({s['agree']}/{s['n']}) | "
               f"{s['false_pass']} | {s['false_fail']} | {s['wall']:.1f} s |")
+    for s in stats:
+        share = s["max_latency"] / s["wall"]
+        if share > 0.01:  # the rule for a sustained-throughput figure
+            print(f"note: {s['name']}, {s['workers']} slots: the slowest submission took {share:.1%} of the wall time "
+                  f"(> 1%), so one submission weighs on the throughput figure; a larger --repeat gives a sustained one")
     print("\nthe whole machine while each batch ran (/proc/stat; the CPU column above counts the benchmark's own "
           "processes):")
     for s in stats:

@@ -4,6 +4,7 @@ comes back whole, in order, with every verdict right; nothing is asserted about 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -94,3 +95,10 @@ def test_disabled_layers_reach_every_judging_process(monkeypatch):
     finally:
         pool.shutdown()
     assert result["agree"] == 2, result["verdicts"]
+
+
+def test_a_small_batch_says_its_slowest_submission_weighs_on_the_throughput_and_splits_the_overhead(capsys):
+    assert _bench().main(["--workers", "1", "--problems", "1", "--skip-verl", "--overhead-tests", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "note: mrgrpo, 1 slots: the slowest submission took" in out  # 6 submissions: each well over 1%
+    assert re.search(r"- 1 slots: judging processes \(.*\) \d+\.\d\d ms; the sandbox's own processes", out)
