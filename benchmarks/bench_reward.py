@@ -125,9 +125,8 @@ def _count_program_cpu() -> None:
     """Wrap the reward's sandbox call to add up the CPU of every test (the floor)."""
     import mrgrpo.reward as reward
 
-    if getattr(reward.run, "_bench_wrapped", False):
-        return
-    real = reward.run
+    # Wrap the real function (not an earlier wrapper: a second load of this module has counters of its own).
+    real = getattr(reward.run, "_bench_real", reward.run)
 
     def run(job):
         result = real(job)
@@ -136,7 +135,7 @@ def _count_program_cpu() -> None:
             _program_cpu[1] += len(result.tests)
         return result
 
-    run._bench_wrapped = True
+    run._bench_real = real
     reward.run = run
 
 
@@ -572,7 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in stats:
         floor = f"{s['floor'] / s['n'] * 1e3:.1f} ms" if s["floor"] is not None else "-"
-        over = f"{(s['cpu'] - s['floor']) / s['tests_run'] * 1e3:.2f} ms" if s["floor"] is not None else "-"
+        over = f"{(s['cpu'] - s['floor']) / s['tests_run'] * 1e3:.2f} ms" if s["floor"] is not None and s["tests_run"] \
+            else "-"
         print(f"| {s['name']} | {s['workers']} | {s['processes']} | {s['n'] / s['wall']:.1f} | "
               f"{s['cpu'] / s['n'] * 1e3:.1f} ms | "
               f"{floor} | {over} | {s['p50'] * 1e3:.0f} ms | {s['p99'] * 1e3:.0f} ms | "
@@ -592,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     mine = [s for s in stats if s["name"] == "mrgrpo"]
     print("\nmrgrpo's overhead per test run split by process (the batch above; the overhead column is their sum):")
     for s in mine:
+        if not s["tests_run"]:
+            continue
         per_test = 1e3 / s["tests_run"]
         sandbox = s["cpu"] - s["floor"] - s["judging"]
         print(f"- {s['workers']} slots: judging processes (reward function, threads, admission) "
