@@ -182,10 +182,11 @@ def _self_cpu() -> float:
 
 
 def _own_cpu() -> float:
+    """CPU seconds of this process and of the children it has reaped."""
     import resource
 
-    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+    b = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return _self_cpu() + b.ru_utime + b.ru_stime
 
 
 def _live_children() -> list[int]:
@@ -570,9 +571,9 @@ def main(argv: list[str] | None = None) -> int:
           "false passes | false fails | wall |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in stats:
+        counted = s["floor"] is not None and s["tests_run"]
         floor = f"{s['floor'] / s['n'] * 1e3:.1f} ms" if s["floor"] is not None else "-"
-        over = f"{(s['cpu'] - s['floor']) / s['tests_run'] * 1e3:.2f} ms" if s["floor"] is not None and s["tests_run"] \
-            else "-"
+        over = f"{(s['cpu'] - s['floor']) / s['tests_run'] * 1e3:.2f} ms" if counted else "-"
         print(f"| {s['name']} | {s['workers']} | {s['processes']} | {s['n'] / s['wall']:.1f} | "
               f"{s['cpu'] / s['n'] * 1e3:.1f} ms | "
               f"{floor} | {over} | {s['p50'] * 1e3:.0f} ms | {s['p99'] * 1e3:.0f} ms | "

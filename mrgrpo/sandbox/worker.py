@@ -273,7 +273,7 @@ class _Zygote:
         self.tmpfs_mounted = False
         # Whether a tmpfs no test changed may serve the next test (decided once, `decide_tmpfs_reuse`), and what
         # the current one looked like when mounted.
-        self.reuse_tmpfs: bool | None = None
+        self.reuse_tmpfs = False
         self.tmpfs_state = None
         # A fresh IPC namespace per test: SysV shared memory, semaphores, message queues and POSIX message
         # queues a program creates die with its test and are invisible to every other test.
@@ -768,13 +768,12 @@ class _Zygote:
 
 
 def _ctime_moves_at_every_change(tmp: str) -> bool:
-    """Whether this kernel gives the root of a tmpfs a new ctime at every change once its ctime was read: what
-    makes a tmpfs that looks untouched after a test safe to serve the next one. Every change a program can make
-    to its directory (a file made, even if removed again; mode, times, extended attributes) moves the root's ctime,
-    and files left over show in the counts; what a removed file leaves (the tmpfs's inode and directory-offset
-    counters) shows only through that ctime. So the kernel must give a directory a new ctime at every change once
-    its ctime was read (multigrain timestamps, tmpfs since Linux 6.13): checked here, as coarse timestamps stay the
-    same within a clock tick. (The caller also needs a PID namespace: no process of a test outlives its PID 1.)"""
+    """Whether this kernel gives the root of a tmpfs a new ctime at every change once its ctime was read
+    (multigrain timestamps, tmpfs since Linux 6.13; coarse timestamps stay the same within a clock tick). That is
+    what makes a tmpfs that looks untouched after a test safe to serve the next one: every change a program can
+    make to its directory (a file made, even if removed again; mode, times, extended attributes) moves the root's
+    ctime, and what a removed file leaves (the tmpfs's inode and directory-offset counters) shows only there.
+    (The caller also needs a PID namespace: no process of a test outlives its PID 1.)"""
     probe = tmp + "/p"
     try:
         for _ in range(16):
