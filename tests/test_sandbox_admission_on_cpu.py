@@ -206,3 +206,109 @@ def test_a_uid_index_reads_as_leased_exactly_while_someone_holds_it(tmp_path):
     admission.release_uid_lease(other_fd)
     admission.release_uid_lease(fd)
     assert not admission.uid_index_leased(k, str(tmp_path))
+
+
+_EXCLUSION = textwrap.dedent("""
+    import os, sys
+    from mrgrpo.sandbox.admission import Admission
+    adm = Admission(sys.argv[1], int(sys.argv[2]))
+    clashes = 0
+    for _ in range(int(sys.argv[3])):
+        fd = adm.acquire()
+        mark = os.path.join(sys.argv[4], f"in-{adm._index[fd]}")
+        try:
+            os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            clashes += 1  # another process holds the same slot now
+        else:
+            os.unlink(mark)
+        adm.release(fd)
+    print(clashes)
+""")
+
+
+def test_no_two_processes_ever_hold_the_same_slot(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", _EXCLUSION, str(tmp_path / "adm"), "2", "300", str(marks)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        assert out.strip() == "0"
+
+
+def test_a_held_slot_is_marked_busy_until_its_release(tmp_path):
+    adm = admission.Admission(str(tmp_path / "adm"), 3)
+    fd = adm.acquire()
+    i = adm._index[fd]
+    assert [adm._busy[k] for k in range(3)] == [int(k == i) for k in range(3)]
+    adm.release(fd)
+    assert [adm._busy[k] for k in range(3)] == [0, 0, 0]
+
+
+def test_a_busy_mark_left_by_a_dead_holder_does_not_lose_the_slot(tmp_path):
+    holder = _holder(tmp_path, 1)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    adm = admission.Admission(str(tmp_path / "adm"), 1)
+    assert adm._busy[0] == 1  # the holder died holding the slot: nobody cleared its mark
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(adm.acquire()), daemon=True)
+    waiter.start()
+    waiter.join(30)
+    assert got  # the queue's head tried the slot despite the mark, after a silent poll
+    adm.release(got[0])
+    assert adm._busy[0] == 0
+
+
+def test_slots_past_the_hint_bytes_are_always_tried(tmp_path, monkeypatch):
+    monkeypatch.setattr(admission, "_HINT_BYTES", 1)
+    adm = admission.Admission(str(tmp_path / "adm"), 3)
+    fds = [adm.acquire() for _ in range(3)]
+    assert sorted(adm._index[fd] for fd in fds) == [0, 1, 2]
+    assert adm.try_acquire() is None
+    for fd in fds:
+        adm.release(fd)
+    fds = [adm.acquire() for _ in range(3)]
+    assert len({adm._index[fd] for fd in fds}) == 3
+    for fd in fds:
+        adm.release(fd)
+
+
+def test_a_cleared_mark_never_grants_a_held_slot(tmp_path):
+    holder = _holder(tmp_path, 1)
+    adm = admission.Admission(str(tmp_path / "adm"), 1)
+    try:
+        adm._busy[0] = 0  # the mark says free; the holder's lock says otherwise
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(adm.acquire()), daemon=True)
+        waiter.start()
+        waiter.join(0.5)
+        assert not got and adm.try_acquire() is None
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    waiter.join(30)
+    assert got
+    adm.release(got[0])
+
+
+def test_a_dead_holders_mark_is_tried_even_while_wake_ups_never_stop(tmp_path, monkeypatch):
+    holder = _holder(tmp_path, 1)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    adm = admission.Admission(str(tmp_path / "adm"), 1)
+    real_select = admission.select.select
+
+    def always_woken(r, w, x, timeout):  # a node under load: some slot is released every few milliseconds
+        real_select([], [], [], 0.002)
+        return r, [], []
+
+    monkeypatch.setattr(admission.select, "select", always_woken)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(adm.acquire()), daemon=True)
+    waiter.start()
+    waiter.join(30)
+    assert got
+    adm.release(got[0])

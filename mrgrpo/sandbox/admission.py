@@ -5,11 +5,13 @@ reward worker, `mrgrpo score`) submits them. The budget is N lock files `slot-<i
 job runs while it holds an exclusive `flock` on one of them. The kernel drops a lock when the last descriptor of
 its open file is closed, so a process that dies (even by SIGKILL) gives its slots back: nothing leaks.
 
-Waiting. A job first tries every slot without blocking. If all are taken it queues on the `queue` lock file
+Waiting. A job first tries every slot without blocking (skipping those a shared busy byte marks as held: a hint
+that saves the system calls of a lock doomed to fail). If all are taken it queues on the `queue` lock file
 (blocking flock: one waiter at a time is the head); the head retries the slots whenever a releaser writes a byte
-into the `wake` FIFO, and every 50 ms anyway (a holder that died wakes nobody). So at most one process polls,
-and a freed slot is handed over within microseconds. Waiting happens on the calling thread; `run_async` runs on
-its own thread pool, so an event loop never waits.
+into the `wake` FIFO, and every 50 ms anyway; at least every 50 ms it tries every slot, busy byte or not (a holder
+that died wakes nobody and leaves its byte set). So at most one process polls, and a freed slot is handed over
+within microseconds. Waiting happens on the calling thread; `run_async` runs on its own thread pool, so an event
+loop never waits.
 
 Uid leases. As root every sandbox slot drops its tests to a uid of its own. `lease_uid_index()` hands out the
 lowest free index `k` node-wide (lock file `uid-<k>`); the worker inherits the descriptor, so the lease lasts as
@@ -27,17 +29,20 @@ from __future__ import annotations
 import errno
 import fcntl
 import math
+import mmap
 import os
 import random
 import select
 import stat
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 
 ENV_SLOTS = "MRGRPO_SANDBOX_SLOTS"
 ENV_DIR = "MRGRPO_SANDBOX_ADMISSION_DIR"
 _HEAD_POLL_S = 0.05
+_HINT_BYTES = 4096  # the busy hints: one byte per slot, for the first 4096 slots (later slots are always tried)
 
 
 def default_dir() -> str:
@@ -123,6 +128,19 @@ def _private_dir(path: str) -> str:
     return path
 
 
+def _map_hints(path: str) -> mmap.mmap:
+    """The shared busy bytes (every process maps the same file). A byte is set by the holder of its slot just after
+    locking it and cleared just before unlocking: a hint, never trusted alone. A set byte whose holder died (no
+    release) costs at most one poll interval: the queue's head tries every slot at least every 50 ms."""
+    fd = _open_lock(path)
+    try:
+        if os.fstat(fd).st_size < _HINT_BYTES:
+            os.ftruncate(fd, _HINT_BYTES)  # only ever grows it: no process maps past the end
+        return mmap.mmap(fd, _HINT_BYTES)
+    finally:
+        os.close(fd)
+
+
 def _open_lock(path: str) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
 
@@ -179,25 +197,36 @@ class Admission:
         self._slot_paths = [os.path.join(self.dir, f"slot-{i}") for i in range(capacity)]
         self._queue_path = os.path.join(self.dir, "queue")
         self._wake_path = os.path.join(self.dir, "wake")
+        self._busy = _map_hints(os.path.join(self.dir, "busy"))
+        self._index: dict[int, int] = {}  # a held slot's descriptor -> its index
         try:
             os.mkfifo(self._wake_path, 0o600)
         except FileExistsError:
             if not stat.S_ISFIFO(os.lstat(self._wake_path).st_mode):
                 raise RuntimeError(f"{self._wake_path} exists and is not a FIFO") from None
 
-    def _try_all(self) -> int | None:
+    def _try_all(self, trust_hints: bool = True) -> int | None:
+        """A free slot's descriptor, or None. With `trust_hints`, slots whose busy byte is set are skipped: under
+        load most slots are held, and reading a byte costs no system call where trying a lock costs three."""
         start = random.randrange(self.capacity)
+        busy = self._busy
         for k in range(self.capacity):
-            fd = _open_lock(self._slot_paths[(start + k) % self.capacity])
+            i = (start + k) % self.capacity
+            if trust_hints and i < _HINT_BYTES and busy[i]:
+                continue
+            fd = _open_lock(self._slot_paths[i])
             if _try_lock(fd):
                 _hold(fd)
+                if i < _HINT_BYTES:
+                    busy[i] = 1  # only the holder of slot i writes byte i
+                self._index[fd] = i
                 return fd
             os.close(fd)
         return None
 
     def try_acquire(self) -> int | None:
-        """A slot's descriptor if one is free now, else None (never waits)."""
-        return self._try_all()
+        """A slot's descriptor if one is free now, else None (never waits; every slot is tried, hints or not)."""
+        return self._try_all(trust_hints=False)
 
     def acquire(self) -> int:
         """Block until a slot is ours; returns the descriptor that holds it (give it to `release`)."""
@@ -210,8 +239,14 @@ class Admission:
             # O_RDWR keeps a writer on the FIFO, so poll() never reports a hang-up once a releaser has closed it.
             wake_fd = os.open(self._wake_path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
+                full_scan_at = time.monotonic() + _HEAD_POLL_S
                 while True:
-                    fd = self._try_all()
+                    # Every 50 ms the head tries every slot, marks or not: a holder that died left its mark set (and
+                    # woke nobody); under load the wake-ups never stop, so this must not wait for a silent poll.
+                    full_scan = time.monotonic() >= full_scan_at
+                    if full_scan:
+                        full_scan_at = time.monotonic() + _HEAD_POLL_S
+                    fd = self._try_all(trust_hints=not full_scan)
                     if fd is not None:
                         return fd
                     if select.select([wake_fd], [], [], _HEAD_POLL_S)[0]:
@@ -226,6 +261,9 @@ class Admission:
             os.close(queue_fd)  # closing drops the queue lock: the next waiter becomes the head
 
     def release(self, fd: int) -> None:
+        i = self._index.pop(fd)
+        if i < _HINT_BYTES:
+            self._busy[i] = 0  # before the unlock, while slot i is still ours
         _drop(fd)  # closing the only descriptor of the open file releases the lock
         try:
             wake = os.open(self._wake_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
