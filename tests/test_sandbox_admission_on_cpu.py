@@ -210,12 +210,12 @@ def test_a_uid_index_reads_as_leased_exactly_while_someone_holds_it(tmp_path):
 
 _EXCLUSION = textwrap.dedent("""
     import os, sys
-    from mrgrpo.sandbox.admission import Admission
+    from mrgrpo.sandbox.admission import Admission, _marks
     adm = Admission(sys.argv[1], int(sys.argv[2]))
     clashes = 0
     for _ in range(int(sys.argv[3])):
         fd = adm.acquire()
-        mark = os.path.join(sys.argv[4], f"in-{adm._index[fd]}")
+        mark = os.path.join(sys.argv[4], f"in-{_marks[fd][1]}")
         try:
             os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
@@ -241,7 +241,7 @@ def test_no_two_processes_ever_hold_the_same_slot(tmp_path):
 def test_a_held_slot_is_marked_busy_until_its_release(tmp_path):
     adm = admission.Admission(str(tmp_path / "adm"), 3)
     fd = adm.acquire()
-    i = adm._index[fd]
+    i = admission._marks[fd][1]
     assert [adm._busy[k] for k in range(3)] == [int(k == i) for k in range(3)]
     adm.release(fd)
     assert [adm._busy[k] for k in range(3)] == [0, 0, 0]
@@ -266,12 +266,12 @@ def test_slots_past_the_hint_bytes_are_always_tried(tmp_path, monkeypatch):
     monkeypatch.setattr(admission, "_HINT_BYTES", 1)
     adm = admission.Admission(str(tmp_path / "adm"), 3)
     fds = [adm.acquire() for _ in range(3)]
-    assert sorted(adm._index[fd] for fd in fds) == [0, 1, 2]
+    assert sorted(admission._marks[fd][1] for fd in fds) == [0, 1, 2]
     assert adm.try_acquire() is None
     for fd in fds:
         adm.release(fd)
     fds = [adm.acquire() for _ in range(3)]
-    assert len({adm._index[fd] for fd in fds}) == 3
+    assert len({admission._marks[fd][1] for fd in fds}) == 3
     for fd in fds:
         adm.release(fd)
 
@@ -312,3 +312,14 @@ def test_a_dead_holders_mark_is_tried_even_while_wake_ups_never_stop(tmp_path, m
     waiter.join(30)
     assert got
     adm.release(got[0])
+
+
+def test_a_slot_released_through_another_admission_object_is_freed(tmp_path):
+    first = admission.Admission(str(tmp_path / "adm"), 1)
+    second = admission.Admission(str(tmp_path / "adm"), 1)  # e.g. get_admission() rebuilt after an env change
+    fd = first.acquire()
+    second.release(fd)
+    assert first._busy[0] == 0
+    fd = second.acquire()
+    assert fd is not None
+    second.release(fd)

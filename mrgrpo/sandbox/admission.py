@@ -159,6 +159,9 @@ def _try_lock(fd: int) -> bool:
 # slot or a lease alive (the child would share the open file, and with it the lock).
 _held: set[int] = set()
 _held_lock = threading.Lock()
+# A held slot's descriptor -> (the busy bytes of its directory, its index): whichever Admission object of this
+# process releases it clears its byte.
+_marks: dict[int, tuple[mmap.mmap, int]] = {}
 
 
 def _hold(fd: int) -> None:
@@ -181,6 +184,7 @@ def _after_fork_in_child() -> None:
         except OSError:
             pass
     _held.clear()
+    _marks.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -198,7 +202,6 @@ class Admission:
         self._queue_path = os.path.join(self.dir, "queue")
         self._wake_path = os.path.join(self.dir, "wake")
         self._busy = _map_hints(os.path.join(self.dir, "busy"))
-        self._index: dict[int, int] = {}  # a held slot's descriptor -> its index
         try:
             os.mkfifo(self._wake_path, 0o600)
         except FileExistsError:
@@ -219,7 +222,7 @@ class Admission:
                 _hold(fd)
                 if i < _HINT_BYTES:
                     busy[i] = 1  # only the holder of slot i writes byte i
-                self._index[fd] = i
+                _marks[fd] = (busy, i)
                 return fd
             os.close(fd)
         return None
@@ -261,9 +264,9 @@ class Admission:
             os.close(queue_fd)  # closing drops the queue lock: the next waiter becomes the head
 
     def release(self, fd: int) -> None:
-        i = self._index.pop(fd)
+        busy, i = _marks.pop(fd, (None, _HINT_BYTES))
         if i < _HINT_BYTES:
-            self._busy[i] = 0  # before the unlock, while slot i is still ours
+            busy[i] = 0  # before the unlock, while slot i is still ours
         _drop(fd)  # closing the only descriptor of the open file releases the lock
         try:
             wake = os.open(self._wake_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
