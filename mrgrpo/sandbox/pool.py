@@ -84,13 +84,25 @@ def _cache_worker_bytecode() -> None:
     compileall.compile_file(WORKER, quiet=2)
 
 
-def _site_packages() -> list[str]:
-    paths = []
+_site_lock = threading.Lock()
+
+
+@functools.cache
+def _site_paths() -> tuple[str, ...]:
+    paths: list[str] = []
     for key in ("purelib", "platlib"):
         p = sysconfig.get_paths().get(key)
         if p and os.path.isdir(p) and p not in paths:
             paths.append(p)
-    return paths
+    return tuple(paths)
+
+
+def _site_packages() -> list[str]:
+    """The interpreter's site-packages directories. Slots start from many threads at once, and `sysconfig`'s first
+    call is not thread-safe (a second caller can iterate its config dict while the first still fills it:
+    "dictionary changed size during iteration"), so the first call is made under a lock and its answer kept."""
+    with _site_lock:
+        return list(_site_paths())
 
 
 class Slot:
