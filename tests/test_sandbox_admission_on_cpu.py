@@ -20,8 +20,11 @@ import pytest
 
 from mrgrpo.sandbox import Job, Limits, Verdict, admission
 
+# Each workload process (and so every sandbox it starts) keeps to the same 2 CPUs, whatever the machine has: the
+# workloads below are sized to oversubscribe 2 cores (on 16, 32 programs of 0.3 CPU-s would all finish in time).
 _WORKER = textwrap.dedent("""
-    import json, sys
+    import json, os, sys
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
     from mrgrpo.sandbox import Job, Limits, run_batch
     burn, jobs, workers, wall = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     code = ("import time\\nt = time.process_time()\\n"
