@@ -246,9 +246,10 @@ class Admission:
                 while True:
                     # Every 50 ms the head tries every slot, marks or not: a holder that died left its mark set (and
                     # woke nobody); under load the wake-ups never stop, so this must not wait for a silent poll.
-                    full_scan = time.monotonic() >= full_scan_at
+                    now = time.monotonic()
+                    full_scan = now >= full_scan_at
                     if full_scan:
-                        full_scan_at = time.monotonic() + _HEAD_POLL_S
+                        full_scan_at = now + _HEAD_POLL_S
                     fd = self._try_all(trust_hints=not full_scan)
                     if fd is not None:
                         return fd
