@@ -99,7 +99,8 @@ def program(monkeypatch, tmp_path):
             streams = worker._test_streams()  # as the zygote makes them (over pipes on 0-2), now over the files
             with pytest.raises(_Exited) as exited, _no_hang():
                 worker._program_process_state(str(tmp_path))  # as the zygote sets it, once, for every test
-                worker._run_program(compiled, req, preamble, streams)
+                worker._reseed()  # as the zygote does before each fork
+                worker._run_program(compiled, req, worker._fresh_main(fn_name is not None, preamble), streams)
         finally:
             for fd in (0, 1, 2, 3):
                 if saved[fd] is None:
@@ -682,8 +683,8 @@ class FakeCgroup:
     def set_memory(self, limit):
         self.memory.append(limit)
 
-    def join(self):
-        pass
+    def join_calls(self):
+        return []
 
 
 @pytest.fixture

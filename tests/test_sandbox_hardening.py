@@ -53,7 +53,30 @@ _LIBC = """
 # ---------------------------------------------------------------- 1. state that survives a test
 
 
-def test_sysv_shared_memory_does_not_survive_a_test():
+@pytest.fixture
+def no_seccomp(monkeypatch):
+    """Without the seccomp filter (as where it is unavailable): programs can make SysV IPC objects and POSIX
+    message queues, and each test gets a fresh IPC namespace instead."""
+    pool_mod.shutdown()
+    monkeypatch.setattr(pool_mod, "DISABLE", {"seccomp"})
+    yield
+    pool_mod.shutdown()
+
+
+@pytest.fixture(params=["seccomp", "ipc_ns_per_test"])
+def ipc_guard(request):
+    """Both ways the IPC state is kept from crossing: the filter denies every IPC call (the default), or a fresh
+    IPC namespace per test (without the filter)."""
+    if request.param == "seccomp":
+        if not layers()["seccomp"]:
+            pytest.skip("no seccomp filter on this architecture")
+        yield "seccomp"
+    else:
+        request.getfixturevalue("no_seccomp")
+        yield "ipc_ns_per_test"
+
+
+def test_sysv_shared_memory_does_not_survive_a_test(ipc_guard):
     assert_no_state_crosses(_LIBC + """
     libc.shmat.restype = ctypes.c_void_p
     shmid = libc.shmget(KEY, 4096, 0)
@@ -61,24 +84,25 @@ def test_sysv_shared_memory_does_not_survive_a_test():
         print("found", ctypes.string_at(libc.shmat(shmid, None, 0), 6))
     else:
         shmid = libc.shmget(KEY, 4096, IPC_CREAT | 0o666)
-        ctypes.memmove(libc.shmat(shmid, None, 0), b"secret", 6)
+        if shmid >= 0:
+            ctypes.memmove(libc.shmat(shmid, None, 0), b"secret", 6)
         print("none")
     """)
     with open("/proc/sysvipc/shm") as f:  # and nothing is left in the host's IPC namespace
         assert not [line for line in f.read().splitlines()[1:] if int(line.split()[0]) == 0x4D5247]
 
 
-def test_sysv_semaphores_do_not_survive_a_test():
+def test_sysv_semaphores_do_not_survive_a_test(ipc_guard):
     assert_no_state_crosses(_LIBC + """
     if libc.semget(KEY, 1, 0) >= 0:
         print("found")
     else:
-        assert libc.semget(KEY, 1, IPC_CREAT | 0o666) >= 0
+        libc.semget(KEY, 1, IPC_CREAT | 0o666)
         print("none")
     """)
 
 
-def test_sysv_message_queues_do_not_survive_a_test():
+def test_sysv_message_queues_do_not_survive_a_test(ipc_guard):
     assert_no_state_crosses(_LIBC + """
     class Msg(ctypes.Structure):
         _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 16)]
@@ -92,7 +116,7 @@ def test_sysv_message_queues_do_not_survive_a_test():
     """)
 
 
-def test_posix_message_queues_do_not_survive_a_test():
+def test_posix_message_queues_do_not_survive_a_test(ipc_guard):
     assert_no_state_crosses(_LIBC + """
     try:
         mq_open = libc.mq_open
@@ -116,6 +140,39 @@ _KEYS = _LIBC + """
         libc.syscall(add_key, b"user", b"mrgrpo-probe", b"expected", 8, ring)
     print("found" if found else "none")
 """
+
+
+_IPC_CALLS = _LIBC + """
+    try:
+        mq_open = libc.mq_open
+    except AttributeError:
+        mq_open = ctypes.CDLL("librt.so.1", use_errno=True).mq_open
+    calls = {"shmget": lambda: libc.shmget(0, 4096, IPC_CREAT | 0o600),
+             "semget": lambda: libc.semget(0, 1, IPC_CREAT | 0o600),
+             "msgget": lambda: libc.msgget(0, IPC_CREAT | 0o600),
+             "mq_open": lambda: mq_open(b"/mrgrpo-probe", os.O_RDWR | os.O_CREAT, 0o600, None)}
+    for name, call in calls.items():
+        ctypes.set_errno(0)
+        print(name, "made" if call() >= 0 else ctypes.get_errno())
+    """
+
+
+def test_ipc_calls_are_denied():
+    """With the filter, no program can make an object in the IPC namespace at all (EPERM for each kind)."""
+    if not layers()["seccomp"]:
+        pytest.skip("no seccomp filter on this architecture")
+    assert layers()["ipc_ns"] == "slot"  # the slot's own namespace, and no fresh one per test
+    result = judge(_IPC_CALLS, n=1, expected="shmget 1\nsemget 1\nmsgget 1\nmq_open 1\n")
+    assert result.verdict is Verdict.AC, result
+
+
+def test_without_seccomp_ipc_calls_work_in_a_namespace_of_the_test(no_seccomp):
+    """The fallback is a fresh IPC namespace per test, where honest SysV IPC calls still work (mq_open may still
+    fail there, with EACCES: the slot uid may not create in that namespace's mqueue root)."""
+    result = judge(_IPC_CALLS, n=1, expected="")
+    assert pool_mod.get_pool()._slots[0].layers["ipc_ns"] == "test"
+    assert result.tests[0].stdout.startswith("shmget made\nsemget made\nmsgget made\nmq_open "), result
+    assert not result.tests[0].stdout.endswith("mq_open 1\n"), result
 
 
 def test_kernel_keyrings_do_not_survive_a_test():
@@ -234,9 +291,11 @@ def test_memory_spread_over_processes_is_one_budget():
     assert result.verdict is Verdict.MLE, result
 
 
-def test_sysv_shared_memory_counts_against_the_budget():
+def test_sysv_shared_memory_counts_against_the_budget(request):
+    # Only programs without the seccomp filter can make a SysV segment (a fresh IPC namespace per test holds it).
     if not layers()["cgroup_memory"]:
         pytest.skip("no cgroup memory limit here")
+    request.getfixturevalue("no_seccomp")
     code = _LIBC + """
     libc.shmat.restype = ctypes.c_void_p
     shmid = libc.shmget(0, 600 << 20, IPC_CREAT | 0o600)
@@ -248,12 +307,13 @@ def test_sysv_shared_memory_counts_against_the_budget():
     assert result.verdict is Verdict.MLE, result
 
 
-def test_memory_an_earlier_test_held_is_not_charged_to_the_next():
-    # The kernel frees a killed test's SysV segment later, with its IPC namespace (from a workqueue); meanwhile the
-    # slot's cgroup still holds it. The next test on that slot (sequential jobs reuse the same slot) must get its
-    # whole budget all the same: a verdict must not depend on what ran before it.
+def test_memory_an_earlier_test_held_is_not_charged_to_the_next(request):
+    # Without the seccomp filter, the kernel frees a killed test's SysV segment later, with its IPC namespace (from
+    # a workqueue); meanwhile the slot's cgroup still holds it. The next test on that slot (sequential jobs reuse the
+    # same slot) must get its whole budget all the same: a verdict must not depend on what ran before it.
     if not layers()["cgroup_memory"]:
         pytest.skip("no cgroup memory limit here")
+    request.getfixturevalue("no_seccomp")
     flood = _LIBC + """
     libc.shmat.restype = ctypes.c_void_p
     addr = libc.shmat(libc.shmget(0, 600 << 20, IPC_CREAT | 0o600), None, 0)

@@ -258,3 +258,32 @@ def test_scribbling_on_the_result_channel_does_not_pass():
     """
     # the forged message and the real one make the channel unparseable: no result was returned (RE), never AC
     assert run(Job(code=textwrap.dedent(code), inputs=[[1]], outputs=[42], fn_name="f")).verdict is Verdict.RE
+
+
+@pytest.fixture
+def one_slot(monkeypatch):
+    from mrgrpo.sandbox import pool as pool_mod
+
+    pool_mod.shutdown()
+    monkeypatch.setattr(pool_mod, "default_workers", lambda: 1)
+    yield
+    pool_mod.shutdown()
+
+
+def test_each_test_gets_the_rlimits_of_its_own_job(one_slot):
+    """The zygote works a test's rlimits out once per set of limits: a job after another with other limits, on the
+    same slot, must run under its own (each limit in turn, and back)."""
+    code = ("import resource as r\nprint(r.getrlimit(r.RLIMIT_CPU)[0], r.getrlimit(r.RLIMIT_DATA)[0] >> 20, "
+            "r.getrlimit(r.RLIMIT_FSIZE)[0] >> 10, r.getrlimit(r.RLIMIT_NPROC)[0])")
+    base = Limits(time_s=2, wall_s=6, memory_mb=512, file_bytes=64 << 10, nproc=16)
+    others = [Limits(time_s=3, wall_s=6, memory_mb=512, file_bytes=64 << 10, nproc=16),
+              Limits(time_s=2, wall_s=6, memory_mb=640, file_bytes=64 << 10, nproc=16),
+              Limits(time_s=2, wall_s=6, memory_mb=512, file_bytes=96 << 10, nproc=16),
+              Limits(time_s=2, wall_s=6, memory_mb=512, file_bytes=64 << 10, nproc=24)]
+    seen = []
+    for limits in [base, others[0], base, others[1], base, others[2], base, others[3], base]:
+        result = run(Job(code=code, inputs=[""], outputs=[""], limits=limits))
+        cpu, data, fsize, nproc = (int(x) for x in result.tests[0].stdout.split())
+        assert (cpu, data, fsize) == (limits.time_s, limits.memory_mb, limits.file_bytes >> 10), result
+        seen.append(nproc)
+    assert set(seen[:7] + seen[8:]) == {seen[0]} and seen[7] == seen[0] + 8, seen

@@ -168,22 +168,26 @@ CAP_DAC_READ_SEARCH = 2
 
 def prepare_drop_to_user(keep_read_search: bool) -> None:
     """Root only, once in the zygote: no supplementary groups, and (with `keep_read_search`) keep the permitted
-    capabilities across the uid change that `drop_to_user` makes in each test process. Both are inherited by fork,
+    capabilities across the uid change each test process makes (`drop_to_user_calls`). Both are inherited by fork,
     so no test process pays for them."""
     os.setgroups([])
     if keep_read_search:
         prctl(PR_SET_KEEPCAPS, 1)
 
 
-def drop_to_user(uid: int, gid: int, keep_read_search: bool) -> None:
-    """Root only, after `prepare_drop_to_user` in this process or an ancestor: become uid/gid with no capabilities,
-    except CAP_DAC_READ_SEARCH when `keep_read_search` (so that an interpreter under /root, mode 0700, stays
-    importable; Landlock, when available, then alone decides what may be read)."""
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
+def drop_to_user_calls(uid: int, gid: int, keep_read_search: bool) -> tuple:
+    """Root only, after `prepare_drop_to_user` in this process or an ancestor: the (call, arguments) pairs that make
+    a process uid/gid with no capabilities, except CAP_DAC_READ_SEARCH when `keep_read_search` (so that an
+    interpreter under /root, mode 0700, stays importable; Landlock, when available, then alone decides what may be
+    read). Made once (the zygote); each test process makes the calls."""
+    calls = [(os.setresgid, (gid, gid, gid)), (os.setresuid, (uid, uid, uid))]
     if keep_read_search:
-        header, data = capset_read_search()
-        _check(_capset(header, data), "capset")
+        calls.append((set_capabilities, capset_read_search()))
+    return tuple(calls)
+
+
+def set_capabilities(header, data) -> None:
+    _check(_capset(header, data), "capset")
 
 
 @functools.cache
@@ -195,21 +199,29 @@ def capset_read_search() -> tuple:
     return ctypes.pointer(header), ctypes.pointer(data)
 
 
-def set_rlimits(*, cpu_s: int, data_bytes: int, as_bytes: int, stack_bytes: int, fsize_bytes: int,
-                nofile: int, nproc: int | None) -> None:
+def rlimit_plan(*, cpu_s: int, data_bytes: int, as_bytes: int, stack_bytes: int, fsize_bytes: int,
+                nofile: int, nproc: int | None) -> tuple[tuple[int, tuple[int, int]], ...]:
+    """The (resource, (soft, hard)) pairs to set (`rlimit_calls`); made once per set of limits by the zygote, so that a
+    test process only makes the calls (it inherits the stack's hard limit read here)."""
     # soft == hard: the kernel sends SIGKILL (SIGXCPU alone would be ignored by the PID 1 of a namespace)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
-    resource.setrlimit(resource.RLIMIT_DATA, (data_bytes, data_bytes))
-    resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
-    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
     if hard != resource.RLIM_INFINITY:
         stack_bytes = min(stack_bytes, hard)
-    resource.setrlimit(resource.RLIMIT_STACK, (stack_bytes, hard))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_bytes, fsize_bytes))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    plan = [(resource.RLIMIT_CPU, (cpu_s, cpu_s)),
+            (resource.RLIMIT_DATA, (data_bytes, data_bytes)),
+            (resource.RLIMIT_AS, (as_bytes, as_bytes)),
+            (resource.RLIMIT_STACK, (stack_bytes, hard)),
+            (resource.RLIMIT_FSIZE, (fsize_bytes, fsize_bytes)),
+            (resource.RLIMIT_NOFILE, (nofile, nofile)),
+            (resource.RLIMIT_CORE, (0, 0))]
     if nproc is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        plan.append((resource.RLIMIT_NPROC, (nproc, nproc)))
+    return tuple(plan)
+
+
+def rlimit_calls(plan: tuple[tuple[int, tuple[int, int]], ...]) -> tuple:
+    """`plan` as (call, arguments) pairs."""
+    return tuple((resource.setrlimit, (which, limits)) for which, limits in plan)
 
 
 # ---------------------------------------------------------------- Landlock
@@ -601,10 +613,10 @@ class CgroupHandle:
                     mode = os.O_RDWR if key in ("limit", "swap") else os.O_RDONLY
                     self.mem_fds[key] = os.open(path, mode | os.O_CLOEXEC)
 
-    def join(self) -> None:
-        """In a test process, before it drops privileges: move it (and so all its future children) in."""
-        for fd in self.procs_fds:
-            os.write(fd, b"0")
+    def join_calls(self) -> list:
+        """The calls that move the process making them (and so all its future children) in: made by a test process,
+        before it drops privileges."""
+        return [(os.write, (fd, b"0")) for fd in self.procs_fds]
 
     def cpu_ns(self) -> int | None:
         if self.cpu_fd is None:
@@ -678,12 +690,23 @@ PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_ERRNO = 0x00050000
-_BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGE, _BPF_RET = 0x20, 0x15, 0x35, 0x06
+_BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGT, _BPF_JGE, _BPF_RET = 0x20, 0x15, 0x25, 0x35, 0x06
 _AF_UNIX = 1
-# (audit arch, add_key, request_key, keyctl, socket, x32 bit or 0)
+# Per architecture: the audit arch; the x32 bit (0 if none); the calls denied outright, as inclusive ranges of numbers:
+# the kernel keyring calls (add_key, request_key, keyctl), then SysV IPC (shm*, sem*, msg*) and POSIX message queues
+# (mq_*); and the number of socket(2), denied for AF_UNIX only.
 _SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, 248, 249, 250, 41, 0x40000000),
-    "aarch64": (0xC00000B7, 217, 218, 219, 198, 0),
+    "x86_64": (0xC000003E, 0x40000000,
+               ((248, 250),  # add_key, request_key, keyctl
+                (29, 31),  # shmget, shmat, shmctl
+                (64, 71),  # semget, semop, semctl, shmdt, msgget, msgsnd, msgrcv, msgctl
+                (220, 220),  # semtimedop
+                (240, 245)),  # mq_open, mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr
+               41),
+    "aarch64": (0xC00000B7, 0,
+                ((217, 219),  # add_key, request_key, keyctl
+                 (180, 197)),  # mq_* (180-185), msg* (186-189), sem* (190-193), shm* (194-197)
+                198),
 }
 
 
@@ -696,12 +719,14 @@ def set_no_new_privs() -> None:
     prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
-def seccomp_deny_keys_and_unix_sockets() -> None:
-    """Install a seccomp filter: the kernel keyring calls (add_key, request_key, keyctl: keys of a uid outlive its
-    processes) and `socket(AF_UNIX, ...)` (a pathname socket would reach host services; `socketpair` stays
-    allowed) fail with EPERM; so does every call through a foreign ABI (32-bit or x32 entry on x86_64), whose
-    numbers the filter would otherwise misread. Sets no_new_privs. Installed once in the zygote (which needs none of
-    these calls): every test process inherits it at fork, and no process can remove it."""
+def seccomp_deny_kernel_state_and_unix_sockets() -> None:
+    """Install a seccomp filter: every call that makes state which outlives its process fails with EPERM: the
+    kernel keyring calls (add_key, request_key, keyctl: keys of a uid outlive its processes), SysV IPC (shared
+    memory, semaphores, message queues) and POSIX message queues (they live in the IPC namespace, not in a
+    process); so does `socket(AF_UNIX, ...)` (a pathname socket would reach host services; `socketpair` stays
+    allowed), and every call through a foreign ABI (32-bit or x32 entry on x86_64), whose numbers the filter would
+    otherwise misread. Sets no_new_privs. Installed once in the zygote (which needs none of these calls): every test
+    process inherits it at fork, and no process can remove it."""
     set_no_new_privs()
     # SECCOMP_FILTER_FLAG_SPEC_ALLOW: before Linux 5.16 a filter also switched on speculation mitigations (SSBD,
     # STIBP) for its process by default, which would now slow the zygote itself; they are not what the filter is for
@@ -718,26 +743,44 @@ _MODE_FILTER = ctypes.c_ulong(_SECCOMP_MODE_FILTER)
 _ULONG0 = ctypes.c_ulong(0)
 
 
+def seccomp_instructions(machine: str) -> list[tuple[int, int, int, int]]:
+    """The filter as classic BPF (code, jt, jf, k) for `machine` (pure). Jumps are written to labels ("allow",
+    "deny", "next") and resolved to offsets at the end."""
+    arch, x32, denied, sock = _SECCOMP_ARCH[machine]
+    deny = _SECCOMP_RET_ERRNO | 1  # EPERM
+    prog: list[tuple] = [(_BPF_LD_W_ABS, 0, 0, 4),  # arch
+                         (_BPF_JEQ, "next", "deny", arch),
+                         (_BPF_LD_W_ABS, 0, 0, 0)]  # syscall number
+    if x32:
+        prog.append((_BPF_JGE, "deny", "next", x32))
+    for low, high in denied:
+        if low == high:
+            prog.append((_BPF_JEQ, "deny", "next", low))
+        else:  # low <= nr <= high: not below low, and not above high
+            prog.append((_BPF_JGE, "next", ("skip", 1), low))
+            prog.append((_BPF_JGT, "next", "deny", high))
+    prog += [(_BPF_JEQ, "next", "allow", sock),
+             (_BPF_LD_W_ABS, 0, 0, 16),  # args[0] (domain), low 32 bits (little endian)
+             (_BPF_JEQ, "deny", "allow", _AF_UNIX)]
+    labels = {"allow": len(prog), "deny": len(prog) + 1}
+    prog += [(_BPF_RET, 0, 0, _SECCOMP_RET_ALLOW), (_BPF_RET, 0, 0, deny)]
+
+    def offset(i: int, target) -> int:
+        if target == "next":
+            return 0
+        if isinstance(target, tuple):
+            return target[1]
+        if isinstance(target, str):
+            return labels[target] - i - 1
+        return target
+
+    return [(code, offset(i, jt), offset(i, jf), k) for i, (code, jt, jf, k) in enumerate(prog)]
+
+
 @functools.cache
 def seccomp_program() -> ctypes.c_void_p:
     """The filter as a `struct sock_fprog *` (kept alive by the cache)."""
-    arch, add_key, request_key, keyctl, sock, x32 = _SECCOMP_ARCH[os.uname().machine]
-    deny = _SECCOMP_RET_ERRNO | 1  # EPERM
-    prog = [(_BPF_LD_W_ABS, 0, 0, 4),  # arch
-            (_BPF_JEQ, 1, 0, arch),
-            (_BPF_RET, 0, 0, deny),
-            (_BPF_LD_W_ABS, 0, 0, 0)]  # syscall number
-    if x32:
-        prog += [(_BPF_JGE, 0, 1, x32), (_BPF_RET, 0, 0, deny)]
-    # Then: [add_key][request_key][keyctl][socket?][load args[0]][AF_UNIX?][allow][deny]; a jump skips jt/jf.
-    prog += [(_BPF_JEQ, 6, 0, add_key),
-             (_BPF_JEQ, 5, 0, request_key),
-             (_BPF_JEQ, 4, 0, keyctl),
-             (_BPF_JEQ, 0, 2, sock),
-             (_BPF_LD_W_ABS, 0, 0, 16),  # args[0] (domain), low 32 bits (little endian)
-             (_BPF_JEQ, 1, 0, _AF_UNIX),
-             (_BPF_RET, 0, 0, _SECCOMP_RET_ALLOW),
-             (_BPF_RET, 0, 0, deny)]
+    prog = seccomp_instructions(os.uname().machine)
     filters = (_SockFilter * len(prog))(*(_SockFilter(*ins) for ins in prog))
     fprog = _SockFprog(len(prog), filters)
     pointer = ctypes.c_void_p(ctypes.addressof(fprog))

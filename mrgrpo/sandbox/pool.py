@@ -55,6 +55,10 @@ SANDBOX_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "NUMEXPR_NUM_THREADS": "1",
+    # The dynamic linker binds every symbol when the worker starts: a test process would otherwise resolve each
+    # libc or libpython function the zygote never called on its first call (a symbol lookup, and a copy of the
+    # page of the binding table it writes), in every test.
+    "LD_BIND_NOW": "1",
 }
 
 

@@ -2,7 +2,7 @@
 
 Run as `python -I -S -B worker.py CONFIG_JSON` by pool.py, with a scrubbed environment; standard library only.
 
-launcher  enters new namespaces (mount, network, PID; plus user when not root), mounts a size-limited tmpfs on
+launcher  enters new namespaces (mount, network, PID, IPC; plus user when not root), mounts a size-limited tmpfs on
           the slot directory, forks the zygote (PID 1 of its namespace) and waits for it.
 zygote    pre-imports common modules, reads requests (code + ONE test input, never an expected output) on
           fd 0 and answers on fd 1, framed marshal. Per test it forks a child into a fresh PID namespace,
@@ -10,15 +10,17 @@ zygote    pre-imports common modules, reads requests (code + ONE test input, nev
           status, signal and CPU time. It never runs model code itself (it only compiles it). What is the same
           for every test it sets up once and the fork passes on: the seccomp filter, no_new_privs, the
           program's process state, and (with a tmpfs per test) the Landlock ruleset.
-child     PID 1 of its own PID namespace: IPC namespace, slot cgroup, rlimits, Landlock, uid/capability drop,
-          closes every other fd, then runs the program: as a script (stdio mode) or calls the entry point and
-          writes the return value as plain JSON to fd 3 (call mode).
+child     PID 1 of its own PID namespace: slot cgroup, a fresh IPC namespace (only without seccomp, which denies
+          every IPC call), rlimits, Landlock, uid/capability drop, closes every other fd, then runs the program: as
+          a script (stdio mode) or calls the entry point and writes the return value as plain JSON to fd 3 (call
+          mode).
 """
 
 from __future__ import annotations
 
 import _random
 import _signal
+import _thread
 import gc
 import importlib.util
 import json
@@ -42,6 +44,8 @@ _spec.loader.exec_module(iso)
 # Imported once here so that each forked test gets them for free.
 _PRELOAD = ("math", "collections", "heapq", "bisect", "itertools", "functools", "typing", "string", "re",
             "operator", "random", "fractions", "decimal", "copy", "array", "datetime", "threading", "statistics")
+
+_thread_count = getattr(_thread, "_count", None)  # threads started and still running, but for the main one
 
 # Names a LeetCode-style judge provides to call-mode programs without an import (docs/sandbox.md).
 _PREAMBLE_MODULES = ("collections", "heapq", "bisect", "itertools", "functools", "math", "string", "re",
@@ -198,6 +202,8 @@ def main(cfg_json: str | None = None) -> None:
     is_root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
     flags = iso.CLONE_NEWNS | iso.CLONE_NEWNET | iso.CLONE_NEWPID | (0 if is_root else iso.CLONE_NEWUSER)
+    if "ipc_ns" not in cfg.get("disable", ()):
+        flags |= iso.CLONE_NEWIPC  # the slot's own IPC namespace (and a fresh one per test without seccomp)
     try:
         if "namespaces" in cfg.get("disable", ()):
             raise OSError(1, "disabled by configuration")
@@ -209,7 +215,7 @@ def main(cfg_json: str | None = None) -> None:
     except OSError as exc:
         warnings_out.append(f"namespaces unavailable ({exc}): no private PID space (kill(-1) is contained by "
                             "Landlock signal scoping only if available), no network namespace, no tmpfs, no IPC "
-                            "namespace per test (SysV IPC objects and POSIX message queues outlive a test), no "
+                            "namespace (without seccomp, SysV IPC objects and POSIX message queues outlive a test), no "
                             "minimal file tree (any host path can be stat'ed)")
     slot_dir = cfg["slot_dir"]
     if layers["pid_ns"]:
@@ -250,6 +256,9 @@ class _Zygote:
         self.is_root = is_root
         self.uid = cfg["uid"] if is_root else None
         self.counter = 0
+        self.rlimits = (None, ())  # (the limits they are for, their calls): see _plan_rlimits
+        self.fixed_calls = None  # the set-up calls that are the same for every test (`_setup_calls`)
+        self.main = (None, None)  # ((code_id, mode), the pristine __main__ module its test processes run in)
         self.pending = None  # (directory, descriptors, whether it ended normally) of the last test, until clean_up()
         self.code_id = None
         self.code = None  # compiled code object, or a syntax error message
@@ -275,9 +284,11 @@ class _Zygote:
         # the current one looked like when mounted.
         self.reuse_tmpfs = False
         self.tmpfs_state = None
-        # A fresh IPC namespace per test: SysV shared memory, semaphores, message queues and POSIX message
-        # queues a program creates die with its test and are invisible to every other test.
-        layers["ipc_ns"] = layers["pid_ns"] and "ipc_ns" not in cfg.get("disable", ())
+        # SysV shared memory, semaphores, message queues and POSIX message queues live in the IPC namespace, not
+        # in a process. The slot has an IPC namespace of its own (the launcher's); with the seccomp filter no
+        # program can create any of them, and without it each test gets a fresh IPC namespace (set below, once the
+        # filter is known to be in place or not), whose objects die with the test.
+        layers["ipc_ns"] = "slot" if layers["pid_ns"] and "ipc_ns" not in cfg.get("disable", ()) else False
         layers["seccomp"] = "seccomp" not in cfg.get("disable", ()) and iso.seccomp_available()
         if not layers["seccomp"]:
             warnings_out.append("no seccomp filter: programs can use the kernel keyrings of their uid (keys outlive "
@@ -350,11 +361,13 @@ class _Zygote:
             # The zygote makes none of the calls the filter denies (it talks through pipes): installed here, it is
             # every test's from its first instruction, and no test process builds or attaches a filter.
             try:
-                iso.seccomp_deny_keys_and_unix_sockets()
+                iso.seccomp_deny_kernel_state_and_unix_sockets()
             except OSError as exc:
                 self.layers["seccomp"] = False
                 self.warnings.append(f"no seccomp filter ({exc}): programs can use the kernel keyrings of their "
                                      "uid and create AF_UNIX sockets")
+        if self.layers["ipc_ns"] and not self.layers["seccomp"]:
+            self.layers["ipc_ns"] = "test"  # programs can make SysV IPC objects: each test gets a fresh namespace
         if self.landlock is not None and not self.layers["seccomp"]:  # (installing the filter set it already)
             iso.set_no_new_privs()  # landlock_restrict_self needs it once the test process has dropped root
 
@@ -505,8 +518,66 @@ class _Zygote:
             except OSError:
                 pass
 
+    def _plan_rlimits(self, lim) -> None:
+        """The rlimits of a test with limits `lim`, worked out here (once per set of limits) for the test process."""
+        key = (lim["time_s"], lim["memory_mb"], lim["file_bytes"], lim["nproc"])
+        if self.rlimits[0] == key:
+            return
+        mem = lim["memory_mb"] << 20
+        user_ns_slack = 3 if self.layers["user_ns"] else 0  # launcher and zygote share our ns uid
+        user_ns_slack += 1 if self.reaper else 0
+        self.rlimits = key, iso.rlimit_calls(iso.rlimit_plan(
+            cpu_s=max(1, math.ceil(lim["time_s"])), data_bytes=mem, as_bytes=mem + (1 << 30), stack_bytes=mem,
+            fsize_bytes=lim["file_bytes"], nofile=64,
+            nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"]) else None))
+
+    def _setup_calls(self, tmp, in_r, out_w, err_w, ctl_w, ready_w) -> list:
+        """Everything a test process does to set itself up before the program, in order, as (call, arguments)
+        pairs made here before the fork: the test process only makes the calls, running no code of its own for them
+        and looking nothing up (each page of the zygote's memory a test process writes is copied for it)."""
+        if self.fixed_calls is None:
+            fixed = self.cg.join_calls() if self.cg is not None else []
+            if self.layers["ipc_ns"] == "test":
+                fixed.append((iso.unshare, (iso.CLONE_NEWIPC,)))
+            self.fixed_calls = (fixed, self._isolation_calls())
+        before_rlimits, after_rlimits = self.fixed_calls
+        calls = [] if self.pidns_fd is not None else [(os.setsid, ())]
+        calls += [(os.dup2, (in_r, 0)), (os.dup2, (out_w, 1)), (os.dup2, (err_w, 2)), (os.dup2, (ctl_w, 3))]
+        calls += before_rlimits
+        calls += self.rlimits[1]
+        if self.ruleset is None and self.landlock is not None:  # a ruleset of its own, for its own directory
+            calls.append((self._restrict_to, (tmp,)))
+        calls += after_rlimits
+        calls.append((os.chdir, (tmp,)))
+        if tmp != self.env_dir:
+            calls += [(os.environ.__setitem__, ("HOME", tmp)), (os.environ.__setitem__, ("TMPDIR", tmp))]
+        calls.append((os.write, (ready_w, b"R")))
+        return calls
+
+    def _isolation_calls(self) -> list:
+        """The Landlock domain (the one shared ruleset, closed at once: no process of a test ever holds it, nor
+        can add rules) and the uid or capability drop, in that order."""
+        calls = []
+        if self.ruleset is not None:
+            calls += [(iso.restrict_self, (self.ruleset,)), (os.close, (self.ruleset,))]
+        if self.uid is not None:
+            calls += iso.drop_to_user_calls(self.uid, self.uid, keep_read_search=True)
+        elif self.layers["user_ns"]:
+            calls.append((iso.drop_capabilities, ()))
+        return calls
+
+    def _restrict_to(self, tmp: str) -> None:
+        tmp_fd, _ = iso.open_path(tmp)
+        self.landlock.restrict(tmp_fd, iso.ALL_FS_RIGHTS)
+
     def _fork_and_watch(self, req, tmp, fds) -> dict:
         lim = req["limits"]
+        # Made here, before the fork, what a test process would otherwise make itself: it gets them as copies
+        # (unchanged, so not even copied until written), and it runs less code of its own before the program.
+        self._plan_rlimits(lim)
+        if self.main[0] != (self.code_id, req["mode"]):
+            self.main = (self.code_id, req["mode"]), _fresh_main(req["mode"] == "call", self.preamble)
+        _reseed()
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -536,12 +607,13 @@ class _Zygote:
             os.close(in_w)
             fds.remove(in_w)
             in_w = -1
+        calls = self._setup_calls(tmp, in_r, out_w, err_w, ctl_w, ready_w)
         if self.pidns_fd is not None:
             iso.unshare(iso.CLONE_NEWPID)
         start = time.monotonic()
         pid = iso.fork()  # the zygote has one thread (checked at start)
         if pid == 0:
-            self._child(req, tmp, in_r, out_w, err_w, ctl_w, ready_w)  # never returns
+            self._child(calls, req, ready_w)  # never returns
         if self.pidns_fd is not None:
             iso.setns(self.pidns_fd, iso.CLONE_NEWPID)
         for fd in child_ends:
@@ -719,40 +791,10 @@ class _Zygote:
 
     # ------------------------------------------------------------ child (runs in the forked process)
 
-    def _child(self, req, tmp, in_r, out_w, err_w, ctl_w, ready_w) -> None:
+    def _child(self, calls, req, ready_w) -> None:
         try:
-            if self.pidns_fd is None:
-                os.setsid()
-            os.dup2(in_r, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            os.dup2(ctl_w, 3)
-            if self.cg is not None:
-                self.cg.join()
-            if self.layers["ipc_ns"]:
-                iso.unshare(iso.CLONE_NEWIPC)
-            lim = req["limits"]
-            mem = lim["memory_mb"] << 20
-            user_ns_slack = 3 if self.layers["user_ns"] else 0  # launcher and zygote share our ns uid
-            user_ns_slack += 1 if self.reaper else 0
-            iso.set_rlimits(cpu_s=max(1, math.ceil(lim["time_s"])), data_bytes=mem, as_bytes=mem + (1 << 30),
-                            stack_bytes=mem, fsize_bytes=lim["file_bytes"], nofile=64,
-                            nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"])
-                            else None)
-            if self.ruleset is not None:
-                iso.restrict_self(self.ruleset)
-                os.close(self.ruleset)  # this copy, at once: no process of the test ever holds it (nor can add rules)
-            elif self.landlock is not None:
-                tmp_fd, _ = iso.open_path(tmp)
-                self.landlock.restrict(tmp_fd, iso.ALL_FS_RIGHTS)
-            if self.uid is not None:
-                iso.drop_to_user(self.uid, self.uid, keep_read_search=True)
-            elif self.layers["user_ns"]:
-                iso.drop_capabilities()
-            os.chdir(tmp)
-            if tmp != self.env_dir:
-                os.environ["HOME"] = os.environ["TMPDIR"] = tmp
-            os.write(ready_w, b"R")
+            for call, args in calls:  # `_setup_calls`
+                call(*args)
             if self.reaper:  # no cgroup CPU accounting: an init of our own charges every process of the test
                 main_pid = os.fork()
                 if main_pid != 0:
@@ -764,7 +806,7 @@ class _Zygote:
                 os.write(2, traceback.format_exc().encode())
             finally:
                 os._exit(_SETUP_FAILED)
-        _run_program(self.code, req, self.preamble, self.streams)
+        _run_program(self.code, req, self.main[1], self.streams)
 
 
 def _ctime_moves_at_every_change(tmp: str) -> bool:
@@ -965,6 +1007,11 @@ def _entry_point(namespace: dict, fn_name: str):
 
 
 def _join_threads() -> None:
+    """Wait for the program's non-daemon threads, as the interpreter does at exit. Most programs start none, and a C
+    call says so: then the threading module's Python code is not run (never run in the zygote, its code objects and
+    what they touch would be written, so copied, in every test process)."""
+    if _thread_count is not None and _thread_count() == 0:
+        return
     import threading
 
     main = threading.main_thread()
@@ -998,21 +1045,33 @@ def _program_process_state(test_dir: str | None) -> None:
         os.environ["HOME"] = os.environ["TMPDIR"] = test_dir
 
 
-def _run_program(code, req, preamble, streams) -> None:
-    """Runs the program in a test process whose set-up is done (and in the state `_program_process_state` made)."""
-    sys.stdin, sys.stdout, sys.stderr = streams  # pristine: made in the zygote, never used there
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams
-    if "random" in sys.modules:  # a fresh state per test; a 128-bit seed, not 2,496 bytes of it (fewer page copies),
-        # through the C method (random.Random.seed adds type checks and resets gauss_next, which the zygote never set)
+def _reseed() -> None:
+    """A fresh random state for the next test process, set in the zygote just before it forks (the zygote itself
+    never uses it): a 128-bit seed, not 2,496 bytes of it, through the C method (random.Random.seed adds type
+    checks and resets gauss_next, which the zygote never set)."""
+    if "random" in sys.modules:
         _random.Random.seed(sys.modules["random"]._inst, int.from_bytes(os.urandom(16), "little"))
+
+
+def _fresh_main(call_mode: bool, preamble: dict) -> types.ModuleType:
+    """The module a program runs as: empty but for builtins, plus the LeetCode preamble in call mode. Made in the
+    zygote once per submission; each test process runs in its own copy, and the zygote's is never run."""
     import builtins
 
     main_module = types.ModuleType("__main__")
     main_module.__builtins__ = builtins
-    sys.modules["__main__"] = main_module
-    call_mode = req["mode"] == "call"
     if call_mode:
         main_module.__dict__.update(preamble)
+    return main_module
+
+
+def _run_program(code, req, main_module, streams) -> None:
+    """Runs the program in a test process whose set-up is done (and in the state `_program_process_state` made,
+    reseeded by `_reseed`), as the module `main_module` (from `_fresh_main`, used by this process alone)."""
+    sys.stdin, sys.stdout, sys.stderr = streams  # pristine: made in the zygote, never used there
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams
+    sys.modules["__main__"] = main_module
+    call_mode = req["mode"] == "call"
     status, ctl = 0, _OK
     try:
         try:
