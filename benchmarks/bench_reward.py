@@ -420,51 +420,69 @@ def _sandbox_cpu() -> tuple[float, float]:
     return user, system
 
 
-def overhead(workers: int, serial: bool = True, n: int = 400) -> list[tuple[str, str]]:
-    """Per test, trivial programs: the sandbox's own cost (wall, and CPU of all processes); `n` serial tests."""
-    from mrgrpo.sandbox import Job, run, run_batch, shutdown
+def _serial_sandbox(n: int) -> dict:
+    """One serial run of `n` trivial tests in one job on a fresh one-slot pool: CPU per test of all processes,
+    of the program (as judged), of the judging process and of the sandbox's own processes (user, system)."""
+    import resource
+
+    from mrgrpo.sandbox import Job, run, shutdown
+
+    def parent_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    job = Job(code="print(input())", inputs=["x"] * n, outputs=["x"] * n)
+    shutdown()
+    run(job)
+    cpu0 = cpu_mark()
+    parent0, sandbox0 = parent_cpu(), _sandbox_cpu()
+    start = time.perf_counter()
+    result = run(job)
+    wall = time.perf_counter() - start
+    parent, (user, system) = parent_cpu() - parent0, _sandbox_cpu()
+    user, system = user - sandbox0[0], system - sandbox0[1]
+    shutdown()
+    cpu = _own_cpu() - cpu0
+    return {"wall": wall / n, "cpu": cpu / n, "program": sum(t.time_s for t in result.tests) / n,
+            "judging": parent / n, "user": user / n, "system": system / n}
+
+
+def overhead(workers: int, serial: bool = True, n: int = 400, rounds: int = 3) -> list[tuple[str, str]]:
+    """Per test, trivial programs: the sandbox's own cost (wall, and CPU of all processes); `n` serial tests, in
+    `rounds` rounds that alternate the sandbox and the bare runner forking from libc (medians: one run of each can
+    differ by a tenth of a millisecond per test on a 16-core host)."""
+    from mrgrpo.sandbox import Job, run_batch
 
     rows = []
-    job = Job(code="print(input())", inputs=["x"] * n, outputs=["x"] * n)
     if serial:
-        shutdown()
-        run(job)
-        import resource
-
-        def parent_cpu() -> float:
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            return usage.ru_utime + usage.ru_stime
-
-        cpu0 = cpu_mark()
-        parent0, sandbox0 = parent_cpu(), _sandbox_cpu()
-        start = time.perf_counter()
-        result = run(job)
-        wall = time.perf_counter() - start
-        parent, (user, system) = parent_cpu() - parent0, _sandbox_cpu()
-        user, system = user - sandbox0[0], system - sandbox0[1]
-        sandbox = user + system
-        shutdown()
-        cpu = _own_cpu() - cpu0
-        program = sum(t.time_s for t in result.tests)
-        rows.append((f"1 slot, {n} tests of print(input()) in one job, serial: wall per test",
-                     f"{wall / n * 1e3:.2f} ms"))
+        runs, libc = [], []
+        for _ in range(rounds):
+            runs.append(_serial_sandbox(n))
+            libc.append(bare_runner(n, fork="libc"))
+        med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        libc_wall, libc_cpu = statistics.median(w for w, _ in libc), statistics.median(c for _, c in libc)
+        extra = sorted(r["cpu"] - c for r, (_, c) in zip(runs, libc, strict=True))
+        rows.append((f"1 slot, {n} tests of print(input()) in one job, serial: wall per test (median of {rounds})",
+                     f"{med['wall'] * 1e3:.2f} ms"))
         rows.append(("same, CPU per test of all processes / of which the program itself",
-                     f"{cpu / n * 1e3:.2f} ms / {program / n * 1e3:.2f} ms"))
+                     f"{med['cpu'] * 1e3:.2f} ms / {med['program'] * 1e3:.2f} ms"))
         rows.append(("same, CPU per test of the judging process / the sandbox's own processes (launcher, zygote)",
-                     f"{parent / n * 1e3:.2f} ms / {sandbox / n * 1e3:.2f} ms"))
+                     f"{med['judging'] * 1e3:.2f} ms / {(med['user'] + med['system']) * 1e3:.2f} ms"))
         rows.append(("same, the sandbox's own processes: user / system (kernel) time per test",
-                     f"{user / n * 1e3:.2f} ms / {system / n * 1e3:.2f} ms"))
+                     f"{med['user'] * 1e3:.2f} ms / {med['system'] * 1e3:.2f} ms"))
         bare_wall, bare_cpu = bare_runner(n)
         rows.append(("baseline: bare fork runner (same interpreter and preloads, no isolation), serial: wall / CPU "
                      "per test of all processes", f"{bare_wall * 1e3:.2f} ms / {bare_cpu * 1e3:.2f} ms"))
-        extra = cpu / n - bare_cpu
         rows.append(("sandbox minus baseline: CPU per test of all processes (isolation and machinery, wherever "
-                     "page copies land)", f"{extra * 1e3:.2f} ms ({cpu / n / bare_cpu:.2f}x the baseline)"))
-        libc_wall, libc_cpu = bare_runner(n, fork="libc")
-        rows.append(("baseline 2: the same bare runner forking from libc as the sandbox does (no at-fork handlers): "
-                     "wall / CPU per test of all processes", f"{libc_wall * 1e3:.2f} ms / {libc_cpu * 1e3:.2f} ms"))
+                     "page copies land)", f"{(med['cpu'] - bare_cpu) * 1e3:.2f} ms ({med['cpu'] / bare_cpu:.2f}x "
+                                          "the baseline)"))
+        rows.append((f"baseline 2: the same bare runner forking from libc as the sandbox does (no at-fork handlers), "
+                     f"run between the sandbox's runs: wall / CPU per test of all processes (median of {rounds})",
+                     f"{libc_wall * 1e3:.2f} ms / {libc_cpu * 1e3:.2f} ms"))
         rows.append(("sandbox minus baseline 2: CPU per test of all processes (what isolation and the sandbox's "
-                     "machinery cost)", f"{(cpu / n - libc_cpu) * 1e3:.2f} ms ({cpu / n / libc_cpu:.2f}x baseline 2)"))
+                     "machinery cost), median of the rounds' differences [each round]",
+                     f"{statistics.median(extra) * 1e3:.2f} ms ({med['cpu'] / libc_cpu:.2f}x baseline 2) ["
+                     + ", ".join(f"{x * 1e3:.2f}" for x in extra) + "]"))
     jobs = [Job(code="print(input())", inputs=["x"] * 20, outputs=["x"] * 20) for _ in range(40 * workers)]
     run_batch(jobs[:workers], workers=workers)
     start = time.perf_counter()
@@ -530,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-verl", action="store_true")
     ap.add_argument("--overhead-tests", type=int, default=400,
                     help="serial trivial tests in the per-test table (more: less noise on a shared machine)")
+    ap.add_argument("--overhead-rounds", type=int, default=3,
+                    help="rounds of the serial per-test table, alternating the sandbox and the bare runner (medians)")
     ap.add_argument("--leaks", type=int, default=0, help="also run N trivial executions and check for leftovers")
     ap.add_argument("--processes", type=int, default=1,
                     help="judge mrgrpo's batch from P processes sharing the slots through node-wide admission, as "
@@ -620,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nmrgrpo verdicts:", dict(Counter(stats[0]["verdicts"])))
     print("\nper-test overhead (trivial program):")
     for i, workers in enumerate(worker_counts):
-        for label, value in overhead(workers, serial=i == 0, n=args.overhead_tests):
+        for label, value in overhead(workers, serial=i == 0, n=args.overhead_tests, rounds=args.overhead_rounds):
             print(f"| {label} | {value} |")
     if args.leaks:
         print("\nleak check:", json.dumps(leak_check(args.leaks, worker_counts[-1])))

@@ -54,8 +54,10 @@ def test_the_layer_benchmark_leaves_out_the_layer_it_names_and_restores_the_swit
 
 def test_the_per_test_table_counts_the_tests_it_was_asked_for_and_splits_user_from_system_time():
     bench = _bench()
-    rows = dict(bench.overhead(1, serial=True, n=7))
-    assert "1 slot, 7 tests of print(input()) in one job, serial: wall per test" in rows
+    rows = dict(bench.overhead(1, serial=True, n=7, rounds=2))
+    assert "1 slot, 7 tests of print(input()) in one job, serial: wall per test (median of 2)" in rows
+    each = rows[next(k for k in rows if "median of the rounds' differences" in k)]
+    assert len(each.split("[")[1].split(",")) == 2  # one difference per round
     judging, sandbox = (float(v.split()[0]) for v in rows[next(k for k in rows if "judging process /" in k)].split("/"))
     user, system = (float(v.split()[0]) for v in rows[next(k for k in rows if "user / system" in k)].split("/"))
     assert sandbox >= 0 and judging >= 0 and user >= 0 and system >= 0  # /proc counts in ticks: 7 tests may show 0
