@@ -287,3 +287,21 @@ def test_each_test_gets_the_rlimits_of_its_own_job(one_slot):
         assert (cpu, data, fsize) == (limits.time_s, limits.memory_mb, limits.file_bytes >> 10), result
         seen.append(nproc)
     assert set(seen[:7] + seen[8:]) == {seen[0]} and seen[7] == seen[0] + 8, seen
+
+
+def _zygote_pid() -> int:
+    from mrgrpo.sandbox import pool as pool_mod
+
+    launcher = pool_mod.get_pool()._slots[0].proc.pid
+    with open(f"/proc/{launcher}/task/{launcher}/children") as f:
+        return int(f.read().split()[0])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: tests start where they must")
+def test_a_test_process_starts_on_the_zygotes_cpu_yet_may_use_every_cpu(one_slot):
+    """The zygote forks each test process on its own CPU (warm caches): the test process gets every CPU back at
+    once, and the zygote too, right after the fork."""
+    cpus = len(os.sched_getaffinity(0))
+    result = run1("import os\nprint(len(os.sched_getaffinity(0)))")
+    assert result.tests[0].stdout == f"{cpus}\n", result
+    assert len(os.sched_getaffinity(_zygote_pid())) == cpus

@@ -126,6 +126,11 @@ def umount(target: str | bytes) -> None:
         _raise(f"umount {os.fsdecode(target)}")
 
 
+def current_cpu() -> int:
+    """The CPU this thread runs on now (sched_getcpu: the vDSO, no system call)."""
+    return _libc.sched_getcpu()
+
+
 def prctl(option: int, arg: int) -> None:
     _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
                        ctypes.c_ulong(0)), f"prctl({option})")
@@ -694,18 +699,21 @@ _BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGT, _BPF_JGE, _BPF_RET = 0x20, 0x15, 0x25, 0x35, 
 _AF_UNIX = 1
 # Per architecture: the audit arch; the x32 bit (0 if none); the calls denied outright, as inclusive ranges of numbers:
 # the kernel keyring calls (add_key, request_key, keyctl), then SysV IPC (shm*, sem*, msg*) and POSIX message queues
-# (mq_*); and the number of socket(2), denied for AF_UNIX only.
+# (mq_*), and io_uring (its operations make sockets and connect them without any system call the filter sees); and
+# the number of socket(2), denied for AF_UNIX only.
 _SECCOMP_ARCH = {
     "x86_64": (0xC000003E, 0x40000000,
                ((248, 250),  # add_key, request_key, keyctl
                 (29, 31),  # shmget, shmat, shmctl
                 (64, 71),  # semget, semop, semctl, shmdt, msgget, msgsnd, msgrcv, msgctl
                 (220, 220),  # semtimedop
-                (240, 245)),  # mq_open, mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr
+                (240, 245),  # mq_open, mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr
+                (425, 427)),  # io_uring_setup, io_uring_enter, io_uring_register
                41),
     "aarch64": (0xC00000B7, 0,
                 ((217, 219),  # add_key, request_key, keyctl
-                 (180, 197)),  # mq_* (180-185), msg* (186-189), sem* (190-193), shm* (194-197)
+                 (180, 197),  # mq_* (180-185), msg* (186-189), sem* (190-193), shm* (194-197)
+                 (425, 427)),  # io_uring_setup, io_uring_enter, io_uring_register
                 198),
 }
 
@@ -724,7 +732,8 @@ def seccomp_deny_kernel_state_and_unix_sockets() -> None:
     kernel keyring calls (add_key, request_key, keyctl: keys of a uid outlive its processes), SysV IPC (shared
     memory, semaphores, message queues) and POSIX message queues (they live in the IPC namespace, not in a
     process); so does `socket(AF_UNIX, ...)` (a pathname socket would reach host services; `socketpair` stays
-    allowed), and every call through a foreign ABI (32-bit or x32 entry on x86_64), whose numbers the filter would
+    allowed), io_uring (whose operations would make and connect such a socket unseen by the filter), and every
+    call through a foreign ABI (32-bit or x32 entry on x86_64), whose numbers the filter would
     otherwise misread. Sets no_new_privs. Installed once in the zygote (which needs none of these calls): every test
     process inherits it at fork, and no process can remove it."""
     set_no_new_privs()
