@@ -213,6 +213,20 @@ def test_a_foreign_syscall_abi_is_denied():
     assert result.verdict is Verdict.AC, result
 
 
+def test_io_uring_is_denied():
+    """io_uring's operations make and connect sockets with no system call the filter sees: it is denied outright."""
+    if not layers()["seccomp"]:
+        pytest.skip("no seccomp filter on this architecture")
+    result = judge(_LIBC + """
+    libc.syscall.restype = ctypes.c_long
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+    ctypes.set_errno(0)
+    fd = libc.syscall(425, 4, params)  # io_uring_setup(4 entries)
+    print("made" if fd >= 0 else ctypes.get_errno())
+    """, n=1, expected="1\n")
+    assert result.verdict is Verdict.AC, result
+
+
 # ---------------------------------------------------------------- 2. CPU of every process of a test
 
 

@@ -16,11 +16,13 @@ DENIED = {
     "x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "shmget": 29, "shmat": 30, "shmctl": 31,
                "semget": 64, "semop": 65, "semctl": 66, "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70,
                "msgctl": 71, "semtimedop": 220, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
-               "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245},
+               "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245, "io_uring_setup": 425,
+               "io_uring_enter": 426, "io_uring_register": 427},
     "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219, "mq_open": 180, "mq_unlink": 181,
                 "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185, "msgget": 186,
                 "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190, "semctl": 191, "semtimedop": 192,
-                "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197},
+                "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197, "io_uring_setup": 425,
+                "io_uring_enter": 426, "io_uring_register": 427},
 }
 SOCKET = {"x86_64": 41, "aarch64": 198}
 ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}

@@ -16,8 +16,9 @@ What is isolated, per test (as root, on Linux >= 5.13; see docs/sandbox.md for t
     a call result crosses as JSON text, so no object of the program reaches the comparison);
   - processes: its own PID namespace, the program is PID 1; kill(-1), daemons and fork bombs stay inside and
     die with it; RLIMIT_NPROC on a uid of its own (one per live slot on the node) bounds forks;
-  - kernel state: its own IPC namespace (SysV IPC, POSIX message queues die with the test); seccomp denies the
-    keyring calls, AF_UNIX sockets and foreign syscall ABIs;
+  - kernel state: seccomp denies every call that makes state outliving a process (keyrings, SysV IPC, POSIX
+    message queues), AF_UNIX sockets, io_uring and foreign syscall ABIs; the slot has its own IPC namespace (without
+    seccomp, each test gets a fresh one, whose objects die with it);
   - CPU and memory of all its processes together: a slot cgroup (v2 or v1) where the cgroup fs is writable;
   - the file tree: a minimal root (read-only binds of the interpreter and its libraries), no host paths;
   - network: a network namespace with no usable interface, and Landlock denies TCP bind/connect;
