@@ -204,10 +204,10 @@ def capset_read_search() -> tuple:
     return ctypes.pointer(header), ctypes.pointer(data)
 
 
-def rlimit_plan(*, cpu_s: int, data_bytes: int, as_bytes: int, stack_bytes: int, fsize_bytes: int,
-                nofile: int, nproc: int | None) -> tuple[tuple[int, tuple[int, int]], ...]:
-    """The (resource, (soft, hard)) pairs to set (`rlimit_calls`); made once per set of limits by the zygote, so that a
-    test process only makes the calls (it inherits the stack's hard limit read here)."""
+def rlimit_calls(*, cpu_s: int, data_bytes: int, as_bytes: int, stack_bytes: int, fsize_bytes: int,
+                 nofile: int, nproc: int | None) -> tuple:
+    """The (setrlimit, (resource, (soft, hard))) calls that set these limits; made once per set of limits by the
+    zygote, so that a test process only makes the calls (it inherits the stack's hard limit read here)."""
     # soft == hard: the kernel sends SIGKILL (SIGXCPU alone would be ignored by the PID 1 of a namespace)
     _soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
     if hard != resource.RLIM_INFINITY:
@@ -221,12 +221,7 @@ def rlimit_plan(*, cpu_s: int, data_bytes: int, as_bytes: int, stack_bytes: int,
             (resource.RLIMIT_CORE, (0, 0))]
     if nproc is not None:
         plan.append((resource.RLIMIT_NPROC, (nproc, nproc)))
-    return tuple(plan)
-
-
-def rlimit_calls(plan: tuple[tuple[int, tuple[int, int]], ...]) -> tuple:
-    """`plan` as (call, arguments) pairs."""
-    return tuple((resource.setrlimit, (which, limits)) for which, limits in plan)
+    return tuple((resource.setrlimit, pair) for pair in plan)
 
 
 # ---------------------------------------------------------------- Landlock

@@ -262,7 +262,6 @@ class _Zygote:
         # runs first (started on another CPU, as the scheduler would place it, it costs ~40% more CPU on the GPU
         # machine); its first call gives it back every CPU the zygote may use (`_start_here`).
         self.allowed = os.sched_getaffinity(0) if "start_on_zygote_cpu" not in self.disable else None
-        self.one_cpu: dict[int, tuple[int]] = {}
         self.main = (None, None)  # ((code_id, mode), the pristine __main__ module its test processes run in)
         self.pending = None  # (directory, descriptors, whether it ended normally) of the last test, until clean_up()
         self.code_id = None
@@ -531,10 +530,10 @@ class _Zygote:
         mem = lim["memory_mb"] << 20
         user_ns_slack = 3 if self.layers["user_ns"] else 0  # launcher and zygote share our ns uid
         user_ns_slack += 1 if self.reaper else 0
-        self.rlimits = key, iso.rlimit_calls(iso.rlimit_plan(
+        self.rlimits = key, iso.rlimit_calls(
             cpu_s=max(1, math.ceil(lim["time_s"])), data_bytes=mem, as_bytes=mem + (1 << 30), stack_bytes=mem,
             fsize_bytes=lim["file_bytes"], nofile=64,
-            nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"]) else None))
+            nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"]) else None)
 
     def _setup_calls(self, tmp, in_r, out_w, err_w, ctl_w, ready_w) -> list:
         """Everything a test process does to set itself up before the program, in order, as (call, arguments)
@@ -578,12 +577,8 @@ class _Zygote:
         there (it takes all of `allowed` back as its first call, and the zygote right after the fork)."""
         if self.allowed is None or len(self.allowed) < 2:
             return False
-        cpu = iso.current_cpu()
-        one = self.one_cpu.get(cpu)
-        if one is None:
-            one = self.one_cpu[cpu] = (cpu,)
         try:
-            os.sched_setaffinity(0, one)
+            os.sched_setaffinity(0, (iso.current_cpu(),))
         except OSError:  # the CPU left our set (a cpuset changed): tests start wherever the scheduler puts them
             self.allowed = None
             return False
