@@ -292,8 +292,9 @@ def test_request_carries_the_limits_as_plain_numbers():
         "output_bytes": 11,
         "file_bytes": 13,
         "nproc": 17,
+        "wall_cap_s": 20.0,
     }
-    assert [type(v) for v in req["limits"].values()] == [float, float, int, int, int, int]
+    assert [type(v) for v in req["limits"].values()] == [float, float, int, int, int, int, float]
 
 
 def test_request_sends_the_code_only_when_the_slot_lacks_it():
@@ -362,11 +363,61 @@ def test_job_of_passing_tests_is_ac(fake):
     assert [t.index for t in result.tests] == [0, 1, 2]
 
 
-def test_requests_wait_for_the_wall_limit_plus_grace(fake):
-    """Each test waits for its reply up to wall_s + 20 s before the worker counts as dead."""
+def test_requests_wait_for_the_wall_cap_plus_grace(fake):
+    """Each test waits for its reply up to its wall cap (4 x wall_s: the wall backstop stretched by the time the
+    test waited for a CPU) + 20 s before the worker counts as dead."""
     slot = fake([reply(out=b"1\n")])
     runner.run(stdio())
-    assert slot.requests[0][1] == LIMITS.wall_s + 20.0
+    assert slot.requests[0][1] == 4 * LIMITS.wall_s + 20.0
+    assert slot.requests[0][0]["limits"]["wall_cap_s"] == 4 * LIMITS.wall_s
+
+
+# ---- load is not a verdict: a starved test runs again, and is INFRA when starved every time
+
+
+def starved(cpu=0.3, waited=14.0, sig=signal.SIGKILL, **kw):
+    """What the worker says when its wall backstop fired at the cap on a test the node kept from a CPU."""
+    return reply(tle=True, exit=None, sig=sig, cpu=cpu, starved=waited, **kw)
+
+
+def test_a_starved_test_runs_again_with_a_longer_wall_cap(fake):
+    """A starved test is not TLE: it runs again (same slot, no restart) with the wall cap doubled, and the verdict
+    is the new run's."""
+    slot = fake([starved(), reply(out=b"1\n")])
+    result = runner.run(stdio())
+    assert (result.verdict, result.passed, slot.stops) == (Verdict.AC, 1, [])
+    assert [req["limits"]["wall_cap_s"] for req, _ in slot.requests] == [16.0, 32.0]
+    assert [timeout for _, timeout in slot.requests] == [36.0, 52.0]
+    assert all(req["limits"]["wall_s"] == LIMITS.wall_s for req, _ in slot.requests)
+
+
+def test_a_test_starved_in_every_attempt_is_infra_not_tle(fake):
+    """Two starved runs in a row: INFRA (the job stops there), naming the wait; never a second TLE-looking retry."""
+    slot = fake([starved(), starved(cpu=1.5, waited=30.5), reply(out=b"1\n")])
+    result = runner.run(stdio(["1\n", "1\n"]))
+    assert (result.verdict, len(slot.requests), [t.verdict for t in result.tests]) == (
+        Verdict.INFRA, 2, [Verdict.INFRA])
+    assert result.detail == ("sandbox failed: test 0 was starved of CPU in 2 attempts (it waited 30.5 s for a CPU "
+                             "and used 1.50 CPU-s): node overloaded")
+
+
+def test_a_starved_test_over_its_cpu_limit_is_tle_at_once(fake):
+    """Starved or not, a test that used more than time_s of CPU (or got SIGXCPU) is TLE without a retry."""
+    for over in (starved(cpu=2.01), starved(sig=signal.SIGXCPU)):
+        slot = fake([over])
+        assert (runner.run(stdio()).verdict, len(slot.requests)) == (Verdict.TLE, 1)
+
+
+def test_a_wall_kill_that_is_not_starved_is_tle(fake):
+    """The wall backstop on a test that had its wall time (sleeping, blocked) is TLE at once, however little CPU."""
+    slot = fake([reply(tle=True, exit=None, sig=signal.SIGKILL, cpu=0.0)])
+    assert (runner.run(stdio()).verdict, len(slot.requests)) == (Verdict.TLE, 1)
+
+
+def test_an_output_flood_cut_at_the_cap_is_ole_not_starved(fake):
+    """OLE outranks starvation: a test over the output cap is OLE without a retry."""
+    slot = fake([starved(ole=True)])
+    assert (runner.run(stdio()).verdict, len(slot.requests)) == (Verdict.OLE, 1)
 
 
 def test_syntax_error_is_se(fake):

@@ -912,6 +912,141 @@ def test_zygote_cgroup_cpu_under_the_limit_is_reported(zygote):
     assert (reply["tle"], reply["exit"], reply["cpu"], out) == (False, 0, 1.5, b"1\n")
 
 
+def test_zygote_cpu_check_kills_a_test_process_before_its_setsid(zygote, monkeypatch):
+    """Without a PID namespace a test is killed by process group: a test process the CPU check kills before its
+    setsid() (a loaded node starts it late) has no group yet, and is killed by its pid. Seen under load as "did not
+    die 10 s after SIGKILL"."""
+    zygote.cg = FakeCgroup(cpu_ns=(5_000_000_000, 7_500_000_000))
+    setup = zygote._setup_calls
+    monkeypatch.setattr(zygote, "_setup_calls", lambda *a: [(time.sleep, (1.0,)), *setup(*a)])  # late to setsid
+    reply, *_ = _test(zygote, "import time\ntime.sleep(30)")
+    assert (reply["tle"], reply["sig"], reply["cpu"]) == (True, signal.SIGKILL, 2.5)
+
+
+# ---- the wall backstop gives a test back the time it waited for a CPU (`_stretch`)
+
+
+def _waited(zygote, monkeypatch, wait):
+    """Make the zygote's CPU-wait reading `wait(seconds since the test started)`."""
+    started = []
+    real = zygote._cpu_wait
+
+    def fake(pid):
+        real(pid)  # the real reading runs too (and must not fail)
+        return wait(time.monotonic() - started[0])
+
+    monkeypatch.setattr(zygote, "_cpu_wait", fake)
+    fork = worker.iso.fork
+
+    def forking():
+        started.append(time.monotonic())
+        return fork()
+
+    monkeypatch.setattr(worker.iso, "fork", forking)
+
+
+def test_zygote_a_sleeping_test_is_killed_at_the_wall_limit_even_with_a_cap(zygote, monkeypatch):
+    """A test that waited for no CPU had its wall time: killed at wall_s (tle), not starved, whatever the cap."""
+    _waited(zygote, monkeypatch, lambda elapsed: 0.0)
+    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.3, wall_cap_s=60.0)
+    assert (reply["tle"], reply["sig"], "starved" in reply) == (True, signal.SIGKILL, False)
+
+
+def test_zygote_a_test_kept_from_a_cpu_gets_that_time_back(zygote, monkeypatch):
+    """A test that waited 20 s for a CPU by its wall deadline (0.3 s) runs on: it ends normally, no tle."""
+    _waited(zygote, monkeypatch, lambda elapsed: 20.0)
+    reply, out, *_ = _test(zygote, "import time\ntime.sleep(0.6)\nprint('done')", wall_s=0.3, wall_cap_s=60.0)
+    assert (reply["tle"], reply["exit"], out, "starved" in reply) == (False, 0, b"done\n", False)
+
+
+def test_zygote_a_test_starved_up_to_the_cap_is_killed_and_marked_starved(zygote, monkeypatch):
+    """A test that waited for a CPU nearly all the time is killed at the wall cap and marked starved, with the wait
+    it had: the runner runs it again instead of calling it TLE."""
+    _waited(zygote, monkeypatch, lambda elapsed: 0.99 * elapsed)
+    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.2, wall_cap_s=0.8)
+    assert (reply["tle"], reply["sig"]) == (True, signal.SIGKILL)
+    assert 0.99 * 0.8 - 0.01 <= reply["starved"] <= 30
+
+
+def test_zygote_a_test_that_had_its_wall_time_after_a_stretch_is_tle_not_starved(zygote, monkeypatch):
+    """Waiting half of the time stretches the deadline, but once the test has had wall_s of time not spent waiting
+    it is TLE (not starved), before the cap."""
+    _waited(zygote, monkeypatch, lambda elapsed: 0.5 * elapsed)
+    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.3, wall_cap_s=60.0)
+    assert (reply["tle"], reply["sig"], "starved" in reply) == (True, signal.SIGKILL, False)
+
+
+def test_zygote_an_unmeasurable_wait_is_not_stretched(zygote, monkeypatch):
+    """Where the wait cannot be read, the wall backstop is the verdict, as before (tle, not starved)."""
+    monkeypatch.setattr(zygote, "_cpu_wait", lambda pid: None)
+    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.3, wall_cap_s=60.0)
+    assert (reply["tle"], "starved" in reply) == (True, False)
+
+
+def test_stretch_decides_by_the_time_not_spent_waiting(zygote, monkeypatch):
+    """`_stretch` at a deadline: kill (returns now) when the test had wall_s not waiting or no cap; at the cap,
+    kill and mark starved; else the new deadline start + wall_s + waited, at least 0.1 s ahead, at most the cap."""
+    lim = {"wall_s": 4.0, "wall_cap_s": 16.0}
+    wait = []
+    monkeypatch.setattr(zygote, "_cpu_wait", lambda pid: wait[-1])
+
+    def at(now, waited, **kw):
+        wait.append(waited)
+        return zygote._stretch(1, 100.0, 100.0 + now, dict(lim, **kw)), zygote.starved
+
+    assert at(4.0, 0.0) == (104.0, False)
+    assert at(4.0, 0.01) == (104.0, False)  # short of wall_s by no more than the slack
+    assert at(4.0, 3.0) == (107.0, False)
+    assert at(7.0, 5.0) == (109.0, False)
+    assert at(9.0, 4.99) == (109.0, False)
+    assert at(15.0, 14.0) == (116.0, False)  # capped
+    assert at(7.0, 3.05) == (107.1, False)  # at least a step ahead
+    assert at(16.0, 14.0) == (116.0, True)
+    assert at(16.0, 11.0) == (116.0, False)  # had its 4 s + 1 s: TLE, not starved
+    assert at(4.0, 3.0, wall_cap_s=4.0) == (104.0, False)
+    del lim["wall_cap_s"]
+    assert at(4.0, 3.0) == (104.0, False)
+    assert zygote.waited == 11.0  # the last reading: without a cap the wait is not read at all
+
+
+def test_cpu_pressure_is_read_from_the_cgroup_v2_file(tmp_path):
+    """The wait counter is the "some" total of the slot cgroup's cpu.pressure (v2 only; None when unreadable)."""
+    (tmp_path / "cpu.stat").write_text("usage_usec 5\n")
+    (tmp_path / "cpu.pressure").write_text("some avg10=1.00 avg60=0.50 avg300=0.10 total=123456\n"
+                                           "full avg10=0.00 avg60=0.00 avg300=0.00 total=99\n")
+    fd = worker._open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v2"]})
+    try:
+        assert worker._cpu_pressure_us(fd) == 123456
+    finally:
+        os.close(fd)
+    assert worker._open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v1"]}) is None
+    assert worker._open_cpu_pressure({"cpu": None}) is None
+    assert worker._open_cpu_pressure(None) is None
+    (tmp_path / "cpu.pressure").write_text("garbage\n")
+    assert worker._open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v2"]}) is None
+
+
+def test_cpu_wait_uses_the_cgroup_counter_since_the_test_started(zygote, tmp_path):
+    """With the cgroup's counter, the wait is its growth since the reading before the fork (microseconds)."""
+    (tmp_path / "cpu.pressure").write_text("some avg10=0 avg60=0 avg300=0 total=7500000\n")
+    zygote.cpu_wait_fd = os.open(tmp_path / "cpu.pressure", os.O_RDONLY)
+    try:
+        zygote.wait0 = 2_500_000
+        assert zygote._cpu_wait(12345) == 5.0
+    finally:
+        os.close(zygote.cpu_wait_fd)
+        zygote.cpu_wait_fd = None
+
+
+def test_cpu_wait_falls_back_to_the_run_delay_of_pid_1(zygote):
+    """Without the cgroup counter, the wait is the test PID 1's run delay from /proc/PID/schedstat (seconds), and
+    None for a process that is gone."""
+    with open(f"/proc/{os.getpid()}/schedstat", "rb") as f:
+        before = int(f.read().split()[1]) / 1e9
+    assert zygote._cpu_wait(os.getpid()) >= before
+    assert zygote._cpu_wait(2**22 + 12345) is None
+
+
 def test_zygote_compiles_without_the_workers_future_flags(zygote):
     """The program is compiled on its own: the worker's `from __future__ import annotations` does not leak in."""
     assert _test(zygote, "def f(x: int):\n    pass\nprint(f.__annotations__['x'] is int)")[1] == b"True\n"
@@ -1024,30 +1159,3 @@ def test_cgroup_cpu_and_oom_kills_are_read_from_the_kernel_files(tmp_path, kind,
     assert (cg.cpu_ns(), cg.oom_kills()) == (cpu_ns, ooms)
     (tmp_path / events_name).write_text("oom_kill_disable 0\nunder_oom 0\n" if kind == "v1" else "low 0\noom 0\n")
     assert cg.oom_kills() == 0
-
-
-def test_a_tmpfs_state_is_none_where_the_directory_is_gone(tmp_path):
-    assert worker._tmpfs_state(str(tmp_path / "gone")) is None
-
-
-def test_a_tmpfs_state_moves_with_the_directory_mode(tmp_path):
-    before = worker._tmpfs_state(str(tmp_path))
-    os.chmod(tmp_path, 0o751)
-    assert before is not None and worker._tmpfs_state(str(tmp_path)) != before
-
-
-def test_a_tmpfs_state_moves_with_the_owner(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("changing a directory's owner needs root")
-    before = worker._tmpfs_state(str(tmp_path))
-    os.chown(tmp_path, 12345, -1)
-    assert worker._tmpfs_state(str(tmp_path)) != before
-
-
-def test_the_ctime_probe_says_no_where_it_cannot_make_a_file(tmp_path):
-    assert worker._ctime_moves_at_every_change(str(tmp_path / "gone")) is False
-
-
-def test_the_ctime_probe_leaves_nothing_behind(tmp_path):
-    assert worker._ctime_moves_at_every_change(str(tmp_path)) in (True, False)
-    assert os.listdir(tmp_path) == []

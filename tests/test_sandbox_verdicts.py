@@ -50,6 +50,40 @@ def test_sleep_is_tle_by_wall_clock():
     assert run(job("import time\ntime.sleep(30)", [""], ["1"], limits=FAST)).verdict is Verdict.TLE
 
 
+_STARVED = r"""
+import json, os, subprocess, sys
+cpu = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {cpu})  # the sandbox's workers and their tests inherit this one CPU ...
+spin = "import os\nos.sched_setaffinity(0, {%d})\nwhile True: pass" % cpu
+spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(4)]  # ... which 4 spinners share
+try:
+    from mrgrpo.sandbox import Job, Limits, run
+    lim = Limits(time_s=1, wall_s=2)
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8: pass\nprint('ok')"
+    verdicts = [run(Job(code=code, inputs=[""], outputs=["ok"], limits=lim)).verdict.value
+                for code in (burn, "import time\ntime.sleep(60)", "while True: pass", burn)]
+    print(json.dumps(verdicts))
+finally:
+    for p in spinners:
+        p.kill()
+"""
+
+
+def test_a_program_kept_from_the_cpu_is_judged_by_its_cpu_time_not_the_wall_clock():
+    """Issue 34 (8): load is not a verdict. A program needing 0.8 of its 1 CPU-s, on a CPU shared with 4 spinning
+    processes (it gets about a fifth: ~4 s of wall for its 2 s wall limit), is AC: the wall backstop gives back the
+    time it waited for the CPU. Under the same load a sleeping program is still TLE (at its wall limit), and a
+    spinning one TLE by CPU. (Was TLE: the wall clock decided.)"""
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", _STARVED], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["AC", "TLE", "TLE", "AC"]
+
+
 def test_closing_stdout_then_spinning_is_still_tle():
     # the output pipe's end comes long before the program's: the wall clock and the CPU limit still hold it
     code = "import os\nprint(1, flush=True)\nos.close(1)\nos.close(2)\nwhile True:\n    pass"

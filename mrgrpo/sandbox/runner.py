@@ -24,7 +24,11 @@ logger = logging.getLogger("mrgrpo.sandbox")
 
 _FEEDBACK_CHARS = 4096
 _STDERR_CHARS = 2000
-_REPLY_GRACE_S = 20.0  # on top of wall_s before a silent worker counts as dead
+_REPLY_GRACE_S = 20.0  # on top of the wall cap before a silent worker counts as dead
+# The wall limit is a backstop (CPU decides TLE): the worker gives a test back the time it waited for a CPU, up to
+# wall_s x this factor of real time (`wall_cap_s`), one factor per attempt. A test still starved at the cap of the
+# last attempt is INFRA (the node is overloaded), never TLE.
+_WALL_STRETCH = (4.0, 8.0)
 _code_ids = itertools.count(1)
 _CTL_OK = b'{"kind": "ok"}'  # what the worker's test process writes to the control channel after a stdio program
 
@@ -32,7 +36,8 @@ _CTL_OK = b'{"kind": "ok"}'  # what the worker's test process writes to the cont
 def _limits_dict(job: Job) -> dict:
     lim = job.limits
     return {"time_s": float(lim.time_s), "wall_s": float(lim.wall_s), "memory_mb": int(lim.memory_mb),
-            "output_bytes": int(lim.output_bytes), "file_bytes": int(lim.file_bytes), "nproc": int(lim.nproc)}
+            "output_bytes": int(lim.output_bytes), "file_bytes": int(lim.file_bytes), "nproc": int(lim.nproc),
+            "wall_cap_s": float(lim.wall_s) * _WALL_STRETCH[0]}
 
 
 def _request(job: Job, code_id: int, index: int, slot: Slot, limits: dict | None = None) -> dict:
@@ -64,12 +69,36 @@ def _plain_args(value):
     raise TypeError(f"test arguments must be plain JSON values, got {type(value).__name__}")
 
 
+def _starved(job: Job, reply: dict) -> bool:
+    """The worker's wall backstop fired on a test the node kept from running (it had less than wall_s of time not
+    spent waiting for a CPU by the wall cap) and its CPU stayed within time_s: load's doing, not a verdict."""
+    return ("starved" in reply and not reply["ole"] and not reply["cpu"] > job.limits.time_s
+            and reply["sig"] != signal.SIGXCPU)
+
+
+def _ask_unstarved(slot: Slot, job: Job, code_id: int, index: int, limits: dict) -> dict:
+    """`_ask`, run again with a longer wall cap while the test is starved (`_WALL_STRETCH`); a test starved in
+    every attempt is INFRA: under load, never TLE."""
+    reply = _ask(slot, job, code_id, index, limits)
+    for stretch in _WALL_STRETCH[1:]:
+        if not _starved(job, reply):
+            return reply
+        logger.warning("mrgrpo.sandbox: test %d waited %.1f s for a CPU (node overloaded); running it again with a "
+                       "wall cap of %.0f s", index, reply["starved"], limits["wall_s"] * stretch)
+        reply = _ask(slot, job, code_id, index, dict(limits, wall_cap_s=limits["wall_s"] * stretch))
+    if _starved(job, reply):
+        return {"infra": f"test {index} was starved of CPU in {len(_WALL_STRETCH)} attempts (it waited "
+                         f"{reply['starved']:.1f} s for a CPU and used {reply['cpu']:.2f} CPU-s): node overloaded"}
+    return reply
+
+
 def _ask(slot: Slot, job: Job, code_id: int, index: int, limits: dict | None = None) -> dict:
     """One test on `slot`; on a sandbox failure restart the slot and retry once, then report INFRA."""
     last = ""
+    limits = limits or _limits_dict(job)
     for attempt in range(2):
         try:
-            reply = slot.request(_request(job, code_id, index, slot, limits), job.limits.wall_s + _REPLY_GRACE_S)
+            reply = slot.request(_request(job, code_id, index, slot, limits), limits["wall_cap_s"] + _REPLY_GRACE_S)
             slot.code_id = code_id
             if "infra" not in reply:
                 return reply
@@ -186,7 +215,7 @@ def run(job: Job) -> ExecResult:
                         tests.append(TestResult(index, Verdict.INFRA, 0.0, "", ""))
                         verdict, detail = Verdict.INFRA, f"sandbox failed: {exc}"
                         break
-            reply = _ask(slot, job, code_id, index, limits)
+            reply = _ask_unstarved(slot, job, code_id, index, limits)
             if "se" in reply:
                 return ExecResult(Verdict.SE, 0, total, (), time.monotonic() - start, reply["se"])
             if "infra" in reply:

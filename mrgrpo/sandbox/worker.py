@@ -73,6 +73,9 @@ _QUIET_S = 0.01  # how long the zygote lets a test's output pipes fill before it
 _CPU_CHECK_S = 0.05  # how often the CPU of all processes of a running test is checked (with a slot cgroup)
 _HELD_SLACK = 8 << 20  # a test starts only once the slot cgroup holds less than this of earlier tests' memory ...
 _HELD_WAIT_S = 10.0  # ... waiting at most this long for the kernel to free it (else INFRA: the slot restarts)
+_KILL_GRACE_S = 60.0  # a killed test whose processes are not all gone after this long breaks the zygote (INFRA)
+_STRETCH_SLACK_S = 0.01  # a test short of its wall time by less than this has had it (`_Zygote._stretch`)
+_STRETCH_STEP_S = 0.1  # a stretched deadline is at least this far ahead (no busy loop of tiny stretches)
 
 
 class _Chunks:
@@ -315,6 +318,13 @@ class _Zygote:
             except OSError as exc:
                 warnings_out.append(f"slot cgroup unusable ({exc})")
         layers["cgroup_cpu"] = self.cg.cpu_kind if self.cg else None
+        # How long the test's processes waited for a CPU (runnable, not running): the slot cgroup's CPU pressure
+        # (v2 `cpu.pressure`, "some" total), else the run delay of the test's PID 1 (/proc/PID/schedstat). It
+        # stretches the wall-clock backstop of a test the node kept from running (`_stretch`).
+        self.cpu_wait_fd = _open_cpu_pressure(cfg.get("cgroup")) if self.cg is not None else None
+        self.wait0 = None  # its reading before the current test
+        self.proc_is_ours = None  # whether /proc shows our PID namespace (decided at first use, in the final tree)
+        self.starved, self.waited = False, 0.0  # what `_stretch` found at the current test's last deadline
         # Without cgroup CPU accounting, a test's PID 1 is an init of ours that reaps every process of the test
         # (so their CPU adds up in its rusage) and kills the rest when the program exits.
         self.reaper = layers["cgroup_cpu"] is None and layers["pid_ns"]
@@ -629,6 +639,9 @@ class _Zygote:
         calls = self._setup_calls(tmp, in_r, out_w, err_w, ctl_w, ready_w)
         if self.pidns_fd is not None:
             iso.unshare(iso.CLONE_NEWPID)
+        # The slot cgroup's CPU-wait counter before the test, when its wall backstop may stretch (`_stretch`).
+        self.wait0 = (_cpu_pressure_us(self.cpu_wait_fd)
+                      if self.cpu_wait_fd is not None and lim.get("wall_cap_s", 0.0) > lim["wall_s"] else None)
         start = time.monotonic()
         pid = iso.fork()  # the zygote has one thread (checked at start)
         if pid == 0:
@@ -678,7 +691,7 @@ class _Zygote:
         # The set-up's bytes on `ready_r` (at most 6, written before any program code runs) are read once the
         # test is over: the pipe holds them, and no wake-up is spent on them.
         bufs = {out_r: _Chunks(cap), ctl_r: _Chunks(cap + 4096), err_r: _Chunks(None)}
-        tle = ole = exited = False
+        tle = ole = exited = starved = False
         poller = select.poll()
         readers = set(bufs)
         # Quiet at first: the output pipes wake the zygote only when their last writer is gone (POLLHUP, which
@@ -704,12 +717,19 @@ class _Zygote:
             while readers or not exited:
                 now = time.monotonic()
                 if killed_at is None and now >= deadline:
-                    if not exited:
-                        tle = True
-                    # also after the exit: without a PID namespace, daemonised children may still hold the pipes open
-                    killed_at = self._kill(pid)
-                if killed_at is not None and now - killed_at > 10:
-                    raise RuntimeError("test process did not die 10 s after SIGKILL")
+                    # The wall clock is a backstop for programs that sleep or block; CPU decides TLE. A test the
+                    # node kept waiting for a CPU gets that time back (up to wall_cap_s, `_stretch`).
+                    later = now if exited else self._stretch(pid, start, now, lim)
+                    if later > now:
+                        deadline = later
+                    else:
+                        if not exited:
+                            tle, starved = True, self.starved
+                        # also after the exit: without a PID namespace, daemonised children may still hold the
+                        # pipes open
+                        killed_at = self._kill(pid)
+                if killed_at is not None and now - killed_at > _KILL_GRACE_S:
+                    raise RuntimeError(f"test process did not die {_KILL_GRACE_S:.0f} s after SIGKILL")
                 if cpu_check is not None and killed_at is None and now >= cpu_check:
                     cpu_check = now + _CPU_CHECK_S
                     if (self._cg_cpu(cg0) or 0.0) > lim["time_s"]:
@@ -787,6 +807,8 @@ class _Zygote:
                 "ole": ole,
                 "oom": oom,
             }
+            if starved:  # the wall backstop fired on a test the node kept from running: not a verdict (runner.py)
+                reply["starved"] = self.waited
             # Every writer of `ready_r` is gone (the test's processes have all exited): this read cannot block.
             ready = os.read(ready_r, 64)
             if ready[1:2] == b"S" and len(ready) >= 6:  # the program's status, from our init
@@ -808,10 +830,50 @@ class _Zygote:
             if self.pidns_fd is not None:
                 os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: everything in it dies
             else:
-                os.killpg(pid, signal.SIGKILL)
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                finally:  # a test process killed before its setsid() has no process group of its own yet
+                    os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         return time.monotonic()
+
+    def _stretch(self, pid: int, start: float, now: float, lim) -> float:
+        """At the wall deadline of a test still running: a later deadline, or `now` to kill it (TLE).
+
+        The wall limit counts the time the test was not kept waiting for a CPU: a program that sleeps or blocks
+        has had its wall_s and is killed, while one that waited `w` seconds for a CPU (the node saturated: its
+        run delay) gets them back, up to `wall_cap_s` of real time. A test still kept from running at the cap is
+        killed and marked starved (`self.starved`): the runner runs it again, and never calls that TLE."""
+        self.starved = False
+        wall, cap = lim["wall_s"], lim.get("wall_cap_s", 0.0)
+        if cap <= wall:
+            return now
+        waited = self._cpu_wait(pid)
+        if waited is None:  # unknown: the backstop is the verdict, as without stretching
+            return now
+        self.waited = round(waited, 3)
+        if now - start - waited >= wall - _STRETCH_SLACK_S:  # it had its wall time: sleeping or blocked
+            return now
+        if now - start >= cap - _STRETCH_SLACK_S:
+            self.starved = True
+            return now
+        return min(start + cap, max(start + wall + waited, now + _STRETCH_STEP_S))
+
+    def _cpu_wait(self, pid: int) -> float | None:
+        """Seconds the test's processes have waited for a CPU since it started (None: not measurable here)."""
+        if self.cpu_wait_fd is not None and self.wait0 is not None:
+            total = _cpu_pressure_us(self.cpu_wait_fd)
+            return None if total is None else (total - self.wait0) / 1e6
+        try:
+            if self.proc_is_ours is None:  # a /proc of another PID namespace would show another process
+                self.proc_is_ours = os.readlink("/proc/self") == str(os.getpid())
+            if not self.proc_is_ours:
+                return None
+            with open(f"/proc/{pid}/schedstat", "rb") as f:  # the run delay of the test's PID 1, born at `start`
+                return int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return None
 
     # ------------------------------------------------------------ child (runs in the forked process)
 
@@ -831,6 +893,32 @@ class _Zygote:
             finally:
                 os._exit(_SETUP_FAILED)
         _run_program(self.code, req, self.main[1], self.streams)
+
+
+def _open_cpu_pressure(cgroup_cfg) -> int | None:
+    """A descriptor of the slot cgroup's `cpu.pressure` (cgroup v2, next to its `cpu.stat`), or None."""
+    try:
+        path, kind = cgroup_cfg["cpu"]
+        if kind != "v2":
+            return None
+        fd = os.open(os.path.join(os.path.dirname(path), "cpu.pressure"), os.O_RDONLY | os.O_CLOEXEC)
+    except (KeyError, TypeError, ValueError, OSError):
+        return None
+    if _cpu_pressure_us(fd) is None:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _cpu_pressure_us(fd: int) -> int | None:
+    """The "some" total of a cpu.pressure file: microseconds during which a task of the cgroup was runnable but
+    waiting for a CPU. None if unreadable."""
+    try:
+        data = os.pread(fd, 256, 0)
+        i = data.index(b"total=")
+        return int(data[i + 6:data.index(b"\n", i)])
+    except (OSError, ValueError):
+        return None
 
 
 def _ctime_moves_at_every_change(tmp: str) -> bool:
