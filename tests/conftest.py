@@ -46,3 +46,24 @@ def tiny_tokenizer(tiny_tokenizer_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_dir(tmp_path_factory) -> Path:
+    """The real Qwen3 tokenizer (its BPE ranks, added tokens and chat template), built offline once per session by
+    tests/qwen3_tokenizer/build.py."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("qwen3_tokenizer_build", REPO_ROOT / "tests/qwen3_tokenizer/build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    out = tmp_path_factory.mktemp("qwen3_tokenizer")
+    build.build(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer(qwen3_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir))
