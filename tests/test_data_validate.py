@@ -126,6 +126,88 @@ def test_sample_with_fake_runner_cache_and_float_retry(tmp_path):
     assert [j.fn_name for j in runner2.jobs] == ["how_many_bees"]
 
 
+@pytest.mark.parametrize("verdict", ["TLE", "INFRA"])
+def test_a_verdict_load_can_cause_is_never_cached_and_is_judged_again(tmp_path, verdict):
+    """Issue 34 (8): a reference that was TLE (a busy machine) or INFRA is quarantined in that run, but its outcome
+    is not cached: the next run judges it again and keeps the problem when it passes."""
+    out = tmp_path / "out"
+    first = FakeRunner(lambda job: verdict if job.fn_name == "how_many_bees" else "AC")
+    res = validate(bundled_sample_path(), out, ValidateOptions(), runner=first)
+    assert [q["reason"] for q in res.quarantined] == ["sandbox_infra" if verdict == "INFRA" else "reference_failed"]
+    again = FakeRunner()
+    res = validate(bundled_sample_path(), out, ValidateOptions(), runner=again)
+    assert [j.fn_name for j in again.jobs] == ["how_many_bees"] and res.reference_runs == 1
+    assert len(res.problems) == 150 and res.quarantined == []
+
+
+def test_a_tle_in_an_older_cache_is_not_read_back(tmp_path):
+    """A cache written before this rule may hold TLE lines: they are ignored (the job runs again), and a later
+    line for the same job decides."""
+    out = tmp_path / "out"
+    validate(bundled_sample_path(), out, ValidateOptions(), runner=FakeRunner())
+    cache = out / "cache" / "reference_runs.jsonl"
+    rows = [json.loads(line) for line in cache.read_text().splitlines()]
+    tle = {"verdict": "TLE", "passed": 0, "total": 1, "time_s": 9.0, "detail": "test 0: TLE"}
+    rows[0]["outcome"] = tle  # the first job's only line says TLE
+    rows.append({"key": rows[1]["key"], "outcome": tle})  # the second's last line says TLE after an AC
+    rows.append({"key": rows[2]["key"], "outcome": tle})
+    rows.append(dict(rows[2], outcome={**tle, "verdict": "AC", "passed": 1}))  # the third: TLE, then AC
+    cache.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runner = FakeRunner()
+    res = validate(bundled_sample_path(), out, ValidateOptions(), runner=runner)
+    assert res.reference_runs == 2 and len(res.problems) == 150
+    keys = {pipeline_key(j) for j in runner.jobs}
+    assert keys == {rows[0]["key"], rows[1]["key"]}
+
+
+def pipeline_key(job) -> str:
+    from mrgrpo.data.validate import _ref_key
+
+    return _ref_key(job)
+
+
+def test_force_runs_every_reference_again(tmp_path):
+    """`prepare --force` (run_validate(force=True)) runs every reference again, cached or not, and saves them."""
+    out = tmp_path / "out"
+    pipeline.run_validate(out, None, ValidateOptions(), runner=FakeRunner())
+    second = FakeRunner()
+    assert pipeline.run_validate(out, None, ValidateOptions(), runner=second).skipped and second.jobs == []
+    forced = FakeRunner(lambda job: "WA" if job.fn_name == "how_many_bees" else "AC")
+    outcome = pipeline.run_validate(out, None, ValidateOptions(), runner=forced, force=True)
+    assert not outcome.skipped and outcome.info["reference_runs"] == len(forced.jobs) == 150
+    assert outcome.info["kept"] == 149  # the fresh verdict counts, not the cached AC
+
+
+def test_only_a_wa_reference_with_float_outputs_is_retried_with_a_tolerance(tmp_path):
+    """The float-tolerance retry is for float answers only: a WA reference of a problem without float outputs
+    (stdio integers, a call-mode int) is quarantined after one run, never run with float_tol; a TLE or RE
+    reference with float outputs is not retried either."""
+    call = {
+        "prompt": '\ndef half(x):\n    """Halve it."""\n',
+        "starter_code": "\ndef half(x):\n",
+        "canonical_solution": "def half(x):\n    return x // 2\n",
+        "inputs": [[4], [6]],
+        "outputs": [[3], [3]],
+        "difficulty": "introductory",
+    }
+    records = [
+        apps_plus(statement="Integers.", inputs=["1 2\n", "2 2\n"], outputs=["4\n", "4\n"]),
+        call,
+        apps_plus(statement="Float, TLE.", inputs=["1 2\n", "3 4\n"], outputs=["1.5\n", "3.5\n"]),
+        apps_plus(statement="Float, RE.", inputs=["2 2\n", "3 3\n"], outputs=["2.5\n", "3.5\n"]),
+        apps_plus(statement="Float, WA.", inputs=["1 1\n", "2 3\n"], outputs=["0.5\n", "2.5\n"]),
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    verdicts = {"1.5\n": "TLE", "2.5\n": "RE"}
+    runner = FakeRunner(lambda job: verdicts.get(job.outputs[0], "WA") if not job.float_tol else "AC")
+    res = validate(path, tmp_path / "out", ValidateOptions(), runner=runner)
+    assert [j.outputs[0] for j in runner.jobs if j.float_tol] == ["0.5\n"]
+    assert [p["statement"] for p in res.problems] == ["Float, WA."]
+    assert "needs_float_tol" in res.problems[0]["special"]
+    assert sorted(q["detail"].split(":")[0] for q in res.quarantined) == ["RE", "TLE", "WA", "WA"]
+
+
 def test_stage_is_skipped_when_nothing_changed(tmp_path):
     runner = FakeRunner()
     out = tmp_path / "out"

@@ -79,7 +79,8 @@ def _add_validate(p: argparse.ArgumentParser) -> None:
         help="tolerance for re-checking references that fail on float outputs",
     )
     p.add_argument("--ref-time-s", type=number(float, 0, low_open=True), default=None,
-                   help="per-test CPU seconds for reference runs (default: the sandbox's limit)")
+                   help="per-test CPU seconds for reference runs (default: 12, 3x the reward's limit: a busy "
+                        "machine slows a reference without saying anything about its tests)")
     p.add_argument("--no-dedupe", action="store_true", help="keep records with identical statement and tests")
     p.add_argument("--force", action="store_true",
                    help="redo validation even if its inputs did not change; replace data that DIR holds from "

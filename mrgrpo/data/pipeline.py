@@ -102,7 +102,7 @@ def run_validate(
     if not force and state.is_done("validate", fingerprint, [out / PROBLEMS, out / QUARANTINE]):
         return StageOutcome("validate", True, time.perf_counter() - t0, state.data["validate"].get("info", {}))
     try:
-        res = validate(path, out, opts, runner=runner, progress=progress)
+        res = validate(path, out, opts, runner=runner, progress=progress, force=force)
     except KeyboardInterrupt:
         raise ValidateInterrupted(count_reference_cache(out)) from None
     store.write_text_if_changed(out / PROBLEMS, store.jsonl_text(res.problems))

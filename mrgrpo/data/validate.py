@@ -2,7 +2,8 @@
 split public/hidden tests. Writes ``problems.jsonl`` and ``quarantine.jsonl``.
 
 Every input record ends in exactly one of the two files. A reference run is cached by a hash of what
-it ran (``cache/reference_runs.jsonl``), so re-running the stage runs nothing in the sandbox.
+it ran (``cache/reference_runs.jsonl``), so re-running the stage runs nothing in the sandbox, except the runs
+whose verdict load can cause (TLE, INFRA: never final, judged again by the next run); ``force`` runs every one.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class ValidateOptions:
     public_tests: int = 1  # at most this many tests are public; always leaves >= 1 hidden test
     run_reference: bool = True
     float_tol: float = 1e-6  # retried with this tolerance when an exact run fails on float outputs
-    time_s: float | None = None  # per-test CPU limit for reference runs (None: sandbox default)
+    time_s: float | None = None  # per-test CPU limit for reference runs (None: runner.REFERENCE_TIME_S)
     dedupe: bool = True
 
     def fingerprint_dict(self) -> dict:
@@ -168,8 +169,14 @@ def _ref_key(job: RefJob) -> str:
     return store.stable_hash(dataclasses.asdict(job))
 
 
+# Verdicts a busy machine can cause (a reference slowed past its limit, a sandbox failure): they say nothing final
+# about the data, so they are never cached; the next run judges such a reference again.
+NOT_FINAL = frozenset({"TLE", "INFRA"})
+
+
 class ReferenceCache:
-    """Append-only JSONL of reference outcomes keyed by job hash (a cut last line is ignored)."""
+    """Append-only JSONL of reference outcomes keyed by job hash (a cut last line is ignored). Outcomes in
+    `NOT_FINAL` are neither written nor read back (an older cache may hold some)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -177,15 +184,20 @@ class ReferenceCache:
         if path.is_file():
             for row in store.read_jsonl(path, tolerate_bad_lines=True):
                 try:
-                    self.data[row["key"]] = RefOutcome(**row["outcome"])
+                    outcome = RefOutcome(**row["outcome"])
+                    key = row["key"]
                 except (KeyError, TypeError):
                     continue
+                if outcome.verdict in NOT_FINAL:
+                    self.data.pop(key, None)  # a later line of the same job decides
+                else:
+                    self.data[key] = outcome
 
     def get(self, job: RefJob) -> RefOutcome | None:
         return self.data.get(_ref_key(job))
 
     def put(self, job: RefJob, outcome: RefOutcome) -> None:
-        if outcome.verdict == "INFRA":  # a sandbox failure is not a property of the data: never cached
+        if outcome.verdict in NOT_FINAL:  # load or a sandbox failure, not a property of the data: never cached
             return
         key = _ref_key(job)
         self.data[key] = outcome
@@ -193,9 +205,10 @@ class ReferenceCache:
 
 
 def run_references(
-    jobs: list[RefJob], runner: ReferenceRunner, cache: ReferenceCache, progress: bool
+    jobs: list[RefJob], runner: ReferenceRunner, cache: ReferenceCache, progress: bool, force: bool = False
 ) -> tuple[list[RefOutcome], int]:
-    outcomes: list[RefOutcome | None] = [cache.get(j) for j in jobs]
+    """Outcomes of `jobs`, from the cache where it has one (never with `force`); returns (outcomes, runs done)."""
+    outcomes: list[RefOutcome | None] = [None if force else cache.get(j) for j in jobs]
     todo = [i for i, o in enumerate(outcomes) if o is None]
     if todo:
         saved: set[int] = set()
@@ -227,8 +240,10 @@ def validate(
     options: ValidateOptions = ValidateOptions(),
     runner: ReferenceRunner | None = None,
     progress: bool = False,
+    force: bool = False,
 ) -> ValidateResult:
-    """Run stage 1 (no stage-state check here: see ``pipeline.run_validate``)."""
+    """Run stage 1 (no stage-state check here: see ``pipeline.run_validate``). ``force``: run every reference,
+    cached or not."""
     out_dir = Path(out_dir)
     kept: list[tuple[str, Problem, list[str]]] = []  # (where, problem, flags)
     quarantined: list[dict] = []
@@ -280,12 +295,12 @@ def validate(
             runner = SandboxRunner()
         cache = ReferenceCache(out_dir / "cache" / "reference_runs.jsonl")
         jobs = [RefJob(p.reference_solution, p.inputs, p.outputs, p.fn_name, None, options.time_s) for _, p, _ in kept]
-        outcomes, n_runs = run_references(jobs, runner, cache, progress)
+        outcomes, n_runs = run_references(jobs, runner, cache, progress, force)
         # Float answers: retry failures with a tolerance; such problems get the needs_float_tol flag.
         retry = [i for i, o in enumerate(outcomes) if o.verdict == "WA" and "float_output" in kept[i][2]]
         if retry:
             tol_jobs = [dataclasses.replace(jobs[i], float_tol=options.float_tol) for i in retry]
-            tol_out, n2 = run_references(tol_jobs, runner, cache, progress=False)
+            tol_out, n2 = run_references(tol_jobs, runner, cache, progress=False, force=force)
             n_runs += n2
             for i, o in zip(retry, tol_out, strict=True):
                 if o.verdict == "AC":
