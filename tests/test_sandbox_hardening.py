@@ -393,7 +393,7 @@ def _fresh_tmpfs_output(code: str) -> str:
 
 def test_a_file_made_and_removed_again_leaves_no_trace_in_the_next_tests_inode_numbers():
     # The tmpfs counts inodes it hands out: a file made and removed leaves the counts of files and blocks as they
-    # were, but the next file made gets a higher inode number. A tmpfs is reused only if no test touched it.
+    # were, but the next file made gets a higher inode number. Every test gets a fresh tmpfs.
     if not layers()["tmpfs"]:
         pytest.skip("no per-test tmpfs here")
     code = """
@@ -436,22 +436,9 @@ def test_an_extended_attribute_on_the_test_directory_does_not_reach_the_next_tes
     assert judge(code, n=3).verdict is Verdict.AC
 
 
-def test_an_untouched_tmpfs_serves_the_next_test():
-    # The saving itself: a test that changes nothing in its directory leaves the tmpfs to the next test (same
-    # root, same ctime: nothing was mounted in between). Only where the kernel dates every change (see worker.py).
-    if not layers().get("tmpfs_reuse"):
-        pytest.skip("no tmpfs reuse here (no per-test tmpfs, no PID namespace, or coarse ctimes)")
-    code = """
-    import os
-    print(os.stat(".").st_ctime_ns)
-    """
-    result = run(Job(code=textwrap.dedent(code), inputs=[""] * 3, outputs=[""] * 3, stop_on_first_failure=False))
-    assert len(result.tests) == 3 and len({t.stdout for t in result.tests}) == 1, result
-
-
 def test_a_test_that_wrote_a_file_gets_a_fresh_tmpfs_next():
-    if not layers().get("tmpfs_reuse"):
-        pytest.skip("no tmpfs reuse here (no per-test tmpfs, no PID namespace, or coarse ctimes)")
+    if not layers()["tmpfs"]:
+        pytest.skip("no per-test tmpfs here")
     code = """
     import os
     print(os.stat(".").st_ctime_ns, os.listdir("."))
@@ -677,7 +664,7 @@ def test_host_paths_cannot_even_be_stat(tmp_path):
         pytest.skip("no minimal file tree here")
     secret = tmp_path / "host-file"
     secret.write_text("x")
-    paths = [str(secret), "/etc/passwd", "/etc/hostname", "/proc/1", "/home", "/var/run", "/run",
+    paths = [str(secret), "/etc/passwd", "/etc/hostname", "/proc/2", "/home", "/var/run", "/run",
              "/dev/shm", "/sys/fs/cgroup", os.path.abspath(__file__)]
     result = judge(f"""
     import os
@@ -755,3 +742,332 @@ def test_read_only_host_cgroups_still_give_cpu_accounting(monkeypatch):
         assert result.verdict is Verdict.TLE, result
     finally:
         pool_mod.shutdown()
+
+
+# ---------------------------------------------------------------- issue 34 (round three), one test per class
+
+
+def _handle_of(path: str) -> tuple[int, bytes] | None:
+    """(handle type, handle bytes) of `path` as name_to_handle_at gives it here (root), or None if unsupported."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(8 + 128)
+    ctypes.c_uint.from_buffer(buf, 0).value = 128
+    mount_id = ctypes.c_int()
+    if libc.name_to_handle_at(-100, path.encode(), buf, ctypes.byref(mount_id), 0) != 0:
+        return None
+    size = ctypes.c_uint.from_buffer(buf, 0).value
+    return ctypes.c_int.from_buffer(buf, 4).value, buf.raw[8:8 + size]
+
+
+def test_a_host_file_cannot_be_read_by_its_handle(tmp_path):
+    """Finding 34.1: a file only a handle reaches (a 0600 file in a 0700 directory, outside every path a test may
+    read) holds the expected answer; the program opens it with open_by_handle_at through a directory of the
+    interpreter on the same file system. No AC, whether the handle came from name_to_handle_at or was built by
+    hand (the test passes the real one, as an attacker would guess it: ext4's inode and generation)."""
+    from mrgrpo.reward import compute_score
+
+    hidden = tmp_path / "hidden"
+    hidden.mkdir(mode=0o700)
+    secret = hidden / "answer.txt"
+    secret.write_text("31415926\n")
+    secret.chmod(0o600)
+    handle = _handle_of(str(secret))
+    if handle is None or os.stat(os.__file__).st_dev != os.stat(secret).st_dev:
+        pytest.skip("no file handles here, or the interpreter is on another file system")
+    code = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    kind, raw = input().split()
+    raw = bytes.fromhex(raw)
+    buf = ctypes.create_string_buffer(8 + len(raw))
+    ctypes.c_uint.from_buffer(buf, 0).value = len(raw)
+    ctypes.c_int.from_buffer(buf, 4).value = int(kind)
+    ctypes.memmove(ctypes.addressof(buf) + 8, raw, len(raw))
+    mount_fd = os.open(os.path.dirname(os.__file__), os.O_RDONLY)
+    probe = ctypes.create_string_buffer(8 + 128)
+    ctypes.c_uint.from_buffer(probe, 0).value = 128
+    named = libc.name_to_handle_at(mount_fd, b"", probe, ctypes.byref(ctypes.c_int()), 0x1000)  # AT_EMPTY_PATH
+    fd = libc.open_by_handle_at(mount_fd, buf, os.O_RDONLY)
+    if fd >= 0:
+        print(os.read(fd, 100).decode(), end="")
+    else:
+        print("denied", named, ctypes.get_errno())
+    """)
+    gt = {"inputs": [f"{handle[0]} {handle[1].hex()}\n"], "outputs": ["31415926\n"]}
+    result = compute_score("apps_plus", f"```python\n{code}\n```", gt)
+    assert result["acc"] == 0.0 and result["verdict"] != "AC" and result["infra"] == 0.0, result
+    out = judge(code.replace("input()", repr(gt["inputs"][0].strip())), n=1, expected="x\n").tests[0].stdout
+    assert out.startswith("denied -1 1"), out  # both calls EPERM (seccomp), not EACCES/EBADF from elsewhere
+
+
+def test_a_test_process_has_no_capabilities_at_all():
+    """Finding 34.1, the class: the per-slot uid keeps no capability (CAP_DAC_READ_SEARCH was kept for an
+    interpreter under /root; the minimal tree makes every path to it traversable)."""
+    code = """
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    assert libc.capget(header, data) == 0
+    ambient = [libc.prctl(47, 2, cap, 0, 0) for cap in range(41)]  # PR_CAP_AMBIENT_IS_SET
+    print(sum(data), sum(a == 1 for a in ambient))
+    """
+    result = judge(code, n=2, expected="0 0\n")
+    assert result.verdict is Verdict.AC, result
+
+
+def test_no_test_sees_the_inode_counter_earlier_tests_moved():
+    """Finding 34.2: O_TMPFILE files move a tmpfs's inode counter without touching its root; every test must get
+    the numbers of a fresh tmpfs."""
+    if not layers()["tmpfs"]:
+        pytest.skip("no per-test tmpfs here")
+    code = """
+    import os
+    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)
+    print(os.fstat(fd).st_ino)
+    os.close(fd)
+    for _ in range(50):
+        os.close(os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600))
+    """
+    expected = _fresh_tmpfs_output(code)
+    assert expected.strip().isdigit()
+    assert judge(code, n=4, expected=expected).verdict is Verdict.AC
+
+
+def test_the_test_directory_was_mounted_for_this_test():
+    """Finding 34.2: a reused tmpfs told a test when it was mounted (its root's times), so how long earlier tests
+    ran; every test's directory must be newer than the job that runs it."""
+    if not layers()["tmpfs"]:
+        pytest.skip("no per-test tmpfs here")
+    code = "import os\nprint(os.stat('.').st_ctime_ns > int(input()) and 'none')"
+    judge(code.replace("int(input())", "0"), n=1)  # the slot is up and has run a test
+    for _ in range(3):
+        time.sleep(0.05)  # the mount clock is coarse (a tick): a fresh mount is still well after this
+        made = time.time_ns() - 20_000_000
+        result = run(Job(code=code, inputs=[f"{made}\n"], outputs=["none\n"], limits=FAST))
+        assert result.verdict is Verdict.AC, result
+
+
+def test_pids_are_those_of_the_tests_own_namespace():
+    """Finding 34.2: /proc showed PIDs of the slot's namespace, which every fork of every earlier test moved; a
+    test's /proc must be of its own PID namespace (PID 1, its children 2, 3, ...)."""
+    code = """
+    import os
+    def me():  # (the files under /proc are not readable: Landlock)
+        return os.readlink("/proc/self")
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.write(w, me().encode())
+        os._exit(0)
+    os.wait()
+    print(me(), os.read(r, 100).decode(), [n for n in range(1, 100) if os.path.exists(f"/proc/{n}")])
+    """
+    for _ in range(2):
+        result = judge(code, n=3, expected="1 2 [1]\n")
+        assert result.verdict is Verdict.AC, result
+
+
+def test_socket_cookies_and_netlink_are_denied():
+    """Finding 34.2: socket cookies (SO_COOKIE, and a NETLINK_SOCK_DIAG dump) come from one kernel counter that
+    every earlier test moved."""
+    code = """
+    import errno, socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    out = []
+    for opt in (57, 71):  # SO_COOKIE, SO_NETNS_COOKIE
+        try:
+            s.getsockopt(socket.SOL_SOCKET, opt, 8)
+            out.append("cookie")
+        except OSError as exc:
+            out.append(errno.errorcode[exc.errno])
+    try:
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)  # NETLINK_SOCK_DIAG
+        out.append("netlink")
+    except OSError as exc:
+        out.append(errno.errorcode[exc.errno])
+    print(*out)
+    """
+    if not layers()["seccomp"]:
+        pytest.skip("no seccomp filter on this architecture")
+    assert judge(code, n=2, expected="EPERM EPERM EPERM\n").verdict is Verdict.AC
+
+
+def test_user_namespaces_cannot_be_made():
+    """Finding 34.3: unshare/clone with CLONE_NEWUSER (then mount namespaces in a loop) moved the node-wide mount
+    ID that a test in another slot reads. unshare and clone with the flag fail with EPERM, clone3 with ENOSYS (its
+    flags are in memory, out of the filter's sight; libc falls back to clone); threads and fork still work."""
+    if not layers()["seccomp"]:
+        pytest.skip("no seccomp filter on this architecture")
+    code = """
+    import ctypes, errno, os, threading
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
+    def attempt(ret):
+        if ret == 0:
+            os._exit(0)
+        if ret > 0:
+            os.waitpid(ret, 0)
+            return "made"
+        return errno.errorcode[ctypes.get_errno()]
+    out = [attempt(libc.unshare(CLONE_NEWUSER)), attempt(libc.syscall(56, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0))]
+    args = (ctypes.c_uint64 * 11)(CLONE_NEWUSER, 0, 0, 0, SIGCHLD, 0, 0, 0, 0, 0, 0)
+    out.append(attempt(libc.syscall(435, args, ctypes.sizeof(args))))
+    t = threading.Thread(target=out.append, args=("thread",))
+    t.start()
+    t.join()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    out.append(str(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])))
+    print(*out)
+    """
+    if os.uname().machine != "x86_64":
+        pytest.skip("the raw syscall numbers above are x86_64's")
+    assert judge(code, n=1, expected="EPERM EPERM ENOSYS thread 7\n").verdict is Verdict.AC
+
+
+def test_no_program_can_be_executed_not_even_from_a_memfd():
+    """Finding 34.6 (with 3): the dynamic linker copied into a memfd and run with execveat (no path, so no
+    Landlock rule applies); execve of the memfd through /proc/self/fd too."""
+    if not layers()["seccomp"]:
+        pytest.skip("no seccomp filter on this architecture")
+    code = """
+    import ctypes, errno, glob, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    ld = sorted(glob.glob("/lib64/ld-linux*") + glob.glob("/lib/*/ld-linux*") + glob.glob("/lib/ld-linux*"))[0]
+    fd = os.memfd_create("x", 0)
+    os.write(fd, open(ld, "rb").read())
+    argv = (ctypes.c_char_p * 3)(b"ld.so", b"--version", None)
+    nr = {"x86_64": 322, "aarch64": 281}[os.uname().machine]
+    out = []
+    for how in ("execveat", "execve"):
+        pid = os.fork()
+        if pid == 0:
+            if how == "execveat":
+                libc.syscall(nr, fd, b"", argv, None, 0x1000)  # AT_EMPTY_PATH
+            else:
+                libc.execve(f"/proc/self/fd/{fd}".encode(), argv, None)
+            os.write(1, (errno.errorcode[ctypes.get_errno()] + " ").encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+    print()
+    """
+    result = judge(code, n=1, expected="EPERM EPERM\n")
+    assert result.verdict is Verdict.AC, result
+
+
+def _slot_cpu_limit(slot) -> float | None:
+    """CPUs the slot's cgroup may use (its quota over its period), read from the host's cgroup files."""
+    cg = slot.cgroup
+    if cg is None or cg.cpu_max is None:
+        return None
+    kind, path = cg.cpu_max
+    if kind == "v2":
+        quota, period = open(path).read().split()
+        return None if quota == "max" else int(quota) / int(period)
+    quota = int(open(os.path.join(path, "cpu.cfs_quota_us")).read())
+    return None if quota < 0 else quota / int(open(os.path.join(path, "cpu.cfs_period_us")).read())
+
+
+def test_a_slot_gets_one_cpu_whatever_its_test_forks():
+    """Finding 34.4: 31 processes that setsid() (leaving the scheduler's autogroup) and spin took every CPU of the
+    node, and an honest test in another slot ran out of wall time. Each slot's cgroup has a quota of one CPU, and
+    the spinners together get no more than that. (A load on the machine can only lower what they get: nothing
+    here depends on how busy it is.)"""
+    if not layers()["cgroup_cpu"]:
+        pytest.skip("no cgroup CPU accounting here")
+    code = """
+    import os, time
+    start = time.monotonic()
+    for _ in range(31):
+        if os.fork() == 0:
+            os.setsid()
+            while time.monotonic() - start < 1.5:
+                pass
+            os._exit(0)
+    for _ in range(31):
+        os.wait()
+    wall = time.monotonic() - start
+    t = os.times()
+    cpu = t.children_user + t.children_system
+    print("none" if cpu <= 1.2 * wall + 0.1 else f"{cpu:.2f} CPU-s in {wall:.2f} s")
+    """
+    result = judge(code, n=1, limits=Limits(time_s=6, wall_s=20))
+    limit = _slot_cpu_limit(pool_mod.get_pool()._slots[0])
+    assert limit is not None and limit <= 1.0, limit
+    assert result.verdict is Verdict.AC, result
+
+
+def test_a_trickle_of_stderr_costs_the_judge_little_cpu(monkeypatch):
+    """Finding 34.5: stderr written a byte at a time made the zygote sum its whole kept tail at every read
+    (CPU-s outside any slot's cgroup for each CPU-s of the test's own). The zygote's CPU must stay a small multiple of
+    the program's, whatever the number of reads."""
+    pool_mod.shutdown()
+    monkeypatch.setattr(pool_mod, "default_workers", lambda: 1)
+    code = """
+    import os, select
+    for i in range(30000):
+        os.write(2, b"x")
+        if i % 2 == 0:
+            select.select([], [], [], 0.00005)
+    print("none")
+    """
+    judge("print('none')", n=1)  # the slot is up
+    zygote = _zygote_pid()
+    before = _cpu_of(zygote)
+    result = judge(code, n=1, limits=Limits(time_s=4, wall_s=30))
+    judge_cpu = _cpu_of(zygote) - before
+    assert result.verdict is Verdict.AC and result.tests[0].stderr.endswith("x" * 100), result
+    program_cpu = result.tests[0].time_s
+    assert judge_cpu <= 2 * program_cpu + 0.2, (judge_cpu, program_cpu)
+
+
+def _zygote_pid() -> int:
+    launcher = pool_mod.get_pool()._slots[0].proc.pid
+    with open(f"/proc/{launcher}/task/{launcher}/children") as f:
+        return int(f.read().split()[0])
+
+
+def _cpu_of(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_memory_held_by_descriptors_in_flight_does_not_hold_up_the_next_job(monkeypatch):
+    """Finding 34.7: memfds sent with SCM_RIGHTS into a cycle of unix sockets, then closed, stay charged to the
+    slot's cgroup until the kernel's unix garbage collector runs; the next job on the slot waited for it (10 s,
+    then INFRA). It must run at once, with its whole budget."""
+    if not layers()["cgroup_memory"]:
+        pytest.skip("no cgroup memory limit here")
+    pool_mod.shutdown()
+    monkeypatch.setattr(pool_mod, "default_workers", lambda: 1)
+    attack = """
+    import mmap, os, socket
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    for _ in range(12):
+        fd = os.memfd_create("held")
+        os.ftruncate(fd, 15 << 20)
+        with mmap.mmap(fd, 15 << 20) as m:
+            m[::4096] = b"x" * len(m[::4096])
+        socket.send_fds(a, [b"m"], [fd])
+        os.close(fd)
+    socket.send_fds(a, [b"s"], [b.fileno(), c.fileno(), d.fileno()])
+    socket.send_fds(c, [b"s"], [a.fileno(), b.fileno(), d.fileno()])
+    print("none")
+    """
+    honest = "b = bytearray(150 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('none')"
+    limits = Limits(time_s=4, wall_s=10, memory_mb=256)
+    judge("print('none')", n=1)  # the slot is up
+    launcher = pool_mod.get_pool()._slots[0].proc.pid
+    for _ in range(3):
+        assert judge(attack, n=1, limits=limits).verdict is Verdict.AC
+        result = judge(honest, n=1, limits=limits)
+        assert result.verdict is Verdict.AC, result
+        assert result.time_s < 5, result  # did not wait for the kernel (it waited up to 10 s, then INFRA)
+    assert pool_mod.get_pool()._slots[0].proc.pid == launcher  # the slot was never restarted

@@ -168,16 +168,38 @@ def drop_capabilities() -> None:
 
 
 PR_SET_KEEPCAPS = 8
+PR_CAPBSET_DROP = 24
 CAP_DAC_READ_SEARCH = 2
 
 
 def prepare_drop_to_user(keep_read_search: bool) -> None:
     """Root only, once in the zygote: no supplementary groups, and (with `keep_read_search`) keep the permitted
     capabilities across the uid change each test process makes (`drop_to_user_calls`). Both are inherited by fork,
-    so no test process pays for them."""
+    so no test process pays for them. Without `keep_read_search` the uid change clears the permitted, effective and
+    ambient sets (`clear_inheritable_and_bounding` has cleared the others)."""
     os.setgroups([])
     if keep_read_search:
         prctl(PR_SET_KEEPCAPS, 1)
+
+
+def clear_inheritable_and_bounding() -> None:
+    """Once in the zygote (root, or root of a user namespace): an empty inheritable set and bounding set, which fork
+    passes on and no uid change clears. The zygote keeps its effective and permitted sets (it still mounts), and
+    never executes a program, for which alone the bounding set counts."""
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capget(ctypes.byref(header), ctypes.byref(data)), "capget")
+    data[0].inheritable = data[1].inheritable = 0
+    _check(_capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except OSError:
+        last = 63
+    for cap in range(last + 1):
+        if _libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(cap), _ULONG0, _ULONG0, _ULONG0) == -1 \
+                and ctypes.get_errno() != 22:  # EINVAL: a capability this kernel does not know
+            _raise(f"prctl(PR_CAPBSET_DROP, {cap})")
 
 
 def drop_to_user_calls(uid: int, gid: int, keep_read_search: bool) -> tuple:
@@ -349,7 +371,7 @@ def _cgroup_mounts() -> tuple[str | None, dict[str, tuple[str, str]]]:
             v2 = mountpoint
         elif fstype == "cgroup":
             for opt in rfields[2].split(","):
-                if opt in ("cpuacct", "memory") and opt not in v1:
+                if opt in ("cpu", "cpuacct", "memory") and opt not in v1:
                     v1[opt] = (mountpoint, root)
     return v2, v1
 
@@ -384,6 +406,11 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
+def join_cgroup(procs: str) -> None:
+    """Move the calling process into the cgroup whose `cgroup.procs` file this is (its future children follow)."""
+    _write(procs, "0")
+
+
 def _read_words(path: str) -> list[str]:
     try:
         with open(path) as f:
@@ -392,18 +419,21 @@ def _read_words(path: str) -> list[str]:
         return []
 
 
-def _memory_for_children(d: str) -> bool:
-    """Whether cgroup v2 directory `d` gives its children the memory controller, enabling it when it may (only a
-    cgroup without processes of its own can)."""
-    if "memory" in _read_words(os.path.join(d, "cgroup.subtree_control")):
+def _memory_for_children(d: str, controller: str = "memory") -> bool:
+    """Whether cgroup v2 directory `d` gives its children the memory (or another) controller, enabling it when it
+    may (only a cgroup without processes of its own can)."""
+    if controller in _read_words(os.path.join(d, "cgroup.subtree_control")):
         return True
-    if "memory" not in _read_words(os.path.join(d, "cgroup.controllers")):
+    if controller not in _read_words(os.path.join(d, "cgroup.controllers")):
         return False
     try:
-        _write(os.path.join(d, "cgroup.subtree_control"), "+memory")
+        _write(os.path.join(d, "cgroup.subtree_control"), f"+{controller}")
     except OSError:
         return False
     return True
+
+
+CPU_PERIOD_US = 100_000  # a slot's CPU quota: this many microseconds of CPU in every period of as many: one CPU
 
 
 def nearest_memory_ancestor(mount: str, own_dir: str) -> str | None:
@@ -479,6 +509,12 @@ class SlotCgroup:
 
     Only test processes join it (the zygote stays outside), so its counters between two reads are exactly what
     the processes of one test used, including children still alive when the test's PID 1 exited.
+
+    CPU quota: one CPU per slot (`CPU_PERIOD_US` in every period), whatever a test forks, so that admission's "one
+    slot per CPU" holds. On v2 it is the slot cgroup's `cpu.max` (where the parent gives the cpu controller); else,
+    with a v1 `cpu` hierarchy, a cgroup of that hierarchy with `cpu.cfs_quota_us` that the slot's worker joins at
+    its start (`cpu_procs`), so that the zygote and every test it forks share the one CPU, at no cost per test.
+    `cpu_max` says which: ("v2", path of cpu.max) or ("v1", directory), None without a quota.
     """
 
     def __init__(self, name: str, disable: tuple[str, ...] = (), v2_parent: str | None = None):
@@ -488,6 +524,8 @@ class SlotCgroup:
         self.mem: tuple[str, str] | None = None  # (directory, "v2" | "v1")
         self.errors: list[str] = []
         self.auto_parent: str | None = None  # our mrgrpo-sandbox-<pid>, shared by this process's slots
+        self.cpu_max: tuple[str, str] | None = None  # the CPU quota: see the class docstring
+        self.cpu_procs: str | None = None  # the v1 cpu cgroup the worker joins (its tests inherit it)
         v2, v1 = _cgroup_mounts()
         own = _own_cgroups()
         v2_dir = None
@@ -502,11 +540,15 @@ class SlotCgroup:
                 self.auto_parent = auto_memory_parent(v2, own_dir)
                 if self.auto_parent:
                     base, memory = self.auto_parent, True
+            cpu_quota = memory and _memory_for_children(base, "cpu")  # a parent without processes of its own
             try:
                 v2_dir = self._make(base, name)
                 self.cpu = (os.path.join(v2_dir, "cpu.stat"), "v2")
                 if memory and os.path.exists(os.path.join(v2_dir, "memory.max")):
                     self.mem = (v2_dir, "v2")
+                if cpu_quota and os.path.exists(os.path.join(v2_dir, "cpu.max")):
+                    _write(os.path.join(v2_dir, "cpu.max"), f"{CPU_PERIOD_US} {CPU_PERIOD_US}")
+                    self.cpu_max = ("v2", os.path.join(v2_dir, "cpu.max"))
             except OSError as exc:
                 self.errors.append(f"cgroup v2: {exc}")
         if "cgroup_v1" not in disable:
@@ -525,6 +567,30 @@ class SlotCgroup:
                     self.cpu = (os.path.join(d, "cpuacct.usage"), "v1")
                 else:
                     self.mem = (d, "v1")
+            if self.cpu_max is None and "cpu" in v1 and "cpu" in own:
+                try:
+                    self._v1_cpu_quota(_under(v1["cpu"][0], v1["cpu"][1], own["cpu"]), name)
+                except OSError as exc:
+                    self.errors.append(f"cgroup v1 cpu: {exc}")
+
+    def _v1_cpu_quota(self, base: str | None, name: str) -> None:
+        if base is None or not os.path.isdir(base):
+            raise OSError(2, f"no cgroup directory {base}")
+        d = os.path.join(base, name)
+        if d in self.dirs:  # cpu co-mounted with cpuacct: the slot cgroup the tests join already
+            joined = True
+        else:
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                pass
+            self.dirs.append(d)
+            joined = False
+        _write(os.path.join(d, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+        _write(os.path.join(d, "cpu.cfs_quota_us"), str(CPU_PERIOD_US))
+        self.cpu_max = ("v1", d)
+        if not joined:
+            self.cpu_procs = os.path.join(d, "cgroup.procs")
 
     def _make(self, base: str | None, name: str) -> str:
         if base is None or not os.path.isdir(base):
@@ -542,7 +608,8 @@ class SlotCgroup:
         return d
 
     def config(self) -> dict:
-        return {"procs": list(self.procs), "cpu": self.cpu, "mem": self.mem}
+        return {"procs": list(self.procs), "cpu": self.cpu, "mem": self.mem, "cpu_max": self.cpu_max,
+                "cpu_procs": self.cpu_procs}
 
     def remove(self) -> bool:
         """rmdir every directory (they are empty once the slot's processes are gone); True when all are gone. The
@@ -599,8 +666,20 @@ class CgroupHandle:
         self.mem_kind = cfg["mem"][1] if cfg["mem"] else None
         self.mem_limit = None
         self.mem_fds: dict[str, int] = {}
+        # What `renew_memory` reopens: the files of the memory cgroup's directory, (name, mode, descriptor) each
+        self.mem_parent_fd, self.mem_name, self.mem_files = None, None, []
+        cpu_max = cfg.get("cpu_max")
+        self.quota_in_mem_dir = False  # a v2 cpu.max in that same directory (written again after a renewal)
         if cfg["mem"]:
             d = cfg["mem"][0]
+            self.mem_parent_fd = os.open(os.path.dirname(d), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.mem_name = os.path.basename(d)
+            for path, fd in zip(cfg["procs"], self.procs_fds, strict=True):
+                if os.path.dirname(path) == d:
+                    self.mem_files.append((os.path.basename(path), os.O_WRONLY, fd))
+            if cfg["cpu"] and os.path.dirname(cfg["cpu"][0]) == d:
+                self.mem_files.append((os.path.basename(cfg["cpu"][0]), os.O_RDONLY, self.cpu_fd))
+            self.quota_in_mem_dir = bool(cpu_max and cpu_max[0] == "v2" and os.path.dirname(cpu_max[1]) == d)
             if self.mem_kind == "v2":
                 names = (("limit", "memory.max"), ("swap", "memory.swap.max"), ("events", "memory.events"),
                          ("usage", "memory.current"), ("stat", "memory.stat"))
@@ -612,6 +691,32 @@ class CgroupHandle:
                 if os.path.exists(path):
                     mode = os.O_RDWR if key in ("limit", "swap") else os.O_RDONLY
                     self.mem_fds[key] = os.open(path, mode | os.O_CLOEXEC)
+                    self.mem_files.append((fname, mode, self.mem_fds[key]))
+
+    def renew_memory(self) -> None:
+        """Replace the memory cgroup by a new one of the same name (rmdir, then mkdir; no process is in it between
+        tests): whatever an exited test left charged to it (memory that descriptors in flight hold until the kernel's
+        unix garbage collector runs, a SysV segment freed later from a workqueue) stays with the old one, which the
+        kernel frees with its last page, and no longer counts against the next test. Each descriptor keeps its number
+        (the test processes' set-up calls name them). Raises OSError; the caller then waits instead."""
+        os.rmdir(self.mem_name, dir_fd=self.mem_parent_fd)
+        os.mkdir(self.mem_name, dir_fd=self.mem_parent_fd)
+        for fname, mode, fd in self.mem_files:
+            new = os.open(f"{self.mem_name}/{fname}", mode | os.O_CLOEXEC, dir_fd=self.mem_parent_fd)
+            os.dup2(new, fd, inheritable=False)
+            os.close(new)
+        self.mem_limit = None  # written again (with swap) before the next test
+        if self.quota_in_mem_dir:
+            fd = os.open(f"{self.mem_name}/cpu.max", os.O_WRONLY | os.O_CLOEXEC, dir_fd=self.mem_parent_fd)
+            try:
+                os.write(fd, f"{CPU_PERIOD_US} {CPU_PERIOD_US}".encode())
+            finally:
+                os.close(fd)
+
+    def renew_with_cpu(self, fname: str, fd: int) -> None:
+        """Reopen `fd` (file `fname` of the CPU accounting cgroup) in `renew_memory` too, when the two are one."""
+        if any(f == self.cpu_fd for _name, _mode, f in self.mem_files):
+            self.mem_files.append((fname, os.O_RDONLY, fd))
 
     def join_calls(self) -> list:
         """The calls that move the process making them (and so all its future children) in: made by a test process,
@@ -690,26 +795,37 @@ PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_ERRNO = 0x00050000
-_BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGT, _BPF_JGE, _BPF_RET = 0x20, 0x15, 0x25, 0x35, 0x06
-_AF_UNIX = 1
-# Per architecture: the audit arch; the x32 bit (0 if none); the calls denied outright, as inclusive ranges of numbers:
-# the kernel keyring calls (add_key, request_key, keyctl), then SysV IPC (shm*, sem*, msg*) and POSIX message queues
-# (mq_*), and io_uring (its operations make sockets and connect them without any system call the filter sees); and
-# the number of socket(2), denied for AF_UNIX only.
+_EPERM, _ENOSYS = 1, 38
+_BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGT, _BPF_JGE, _BPF_JSET, _BPF_RET = 0x20, 0x15, 0x25, 0x35, 0x45, 0x06
+_AF_INET, _AF_INET6 = 2, 10
+_SOL_SOCKET, _SO_COOKIE, _SO_NETNS_COOKIE = 1, 57, 71
+# Per architecture: the audit arch; the x32 bit (0 if none); the calls denied outright (EPERM), as inclusive ranges of
+# numbers; and the numbers of the calls whose arguments the filter reads. Denied outright: the kernel keyring calls
+# (add_key, request_key, keyctl), SysV IPC (shm*, sem*, msg*) and POSIX message queues (mq_*): state that outlives a
+# process; io_uring (its operations make sockets and connect them without any system call the filter sees); file
+# handles (name_to_handle_at, open_by_handle_at: a handle reaches any file of a file system, past every path rule);
+# execve and execveat (a test never starts a program: the worker's own exec came before the filter, and a memfd has
+# no path for Landlock's execute rule to deny); bpf (kernel surface, and socket cookies through its helpers).
 _SECCOMP_ARCH = {
     "x86_64": (0xC000003E, 0x40000000,
                ((248, 250),  # add_key, request_key, keyctl
                 (29, 31),  # shmget, shmat, shmctl
+                (59, 59),  # execve
                 (64, 71),  # semget, semop, semctl, shmdt, msgget, msgsnd, msgrcv, msgctl
                 (220, 220),  # semtimedop
                 (240, 245),  # mq_open, mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr
+                (303, 304),  # name_to_handle_at, open_by_handle_at
+                (321, 322),  # bpf, execveat
                 (425, 427)),  # io_uring_setup, io_uring_enter, io_uring_register
-               41),
+               {"socket": 41, "getsockopt": 55, "clone": 56, "unshare": 272, "clone3": 435}),
     "aarch64": (0xC00000B7, 0,
                 ((217, 219),  # add_key, request_key, keyctl
                  (180, 197),  # mq_* (180-185), msg* (186-189), sem* (190-193), shm* (194-197)
+                 (221, 221),  # execve
+                 (264, 265),  # name_to_handle_at, open_by_handle_at
+                 (280, 281),  # bpf, execveat
                  (425, 427)),  # io_uring_setup, io_uring_enter, io_uring_register
-                198),
+                {"socket": 198, "getsockopt": 209, "clone": 220, "unshare": 97, "clone3": 435}),
 }
 
 
@@ -723,14 +839,10 @@ def set_no_new_privs() -> None:
 
 
 def seccomp_deny_kernel_state_and_unix_sockets() -> None:
-    """Install a seccomp filter: every call that makes state which outlives its process fails with EPERM: the
-    kernel keyring calls (add_key, request_key, keyctl: keys of a uid outlive its processes), SysV IPC (shared
-    memory, semaphores, message queues) and POSIX message queues (they live in the IPC namespace, not in a
-    process); so does `socket(AF_UNIX, ...)` (a pathname socket would reach host services; `socketpair` stays
-    allowed), io_uring (whose operations would make and connect such a socket unseen by the filter), and every
-    call through a foreign ABI (32-bit or x32 entry on x86_64), whose numbers the filter would
-    otherwise misread. Sets no_new_privs. Installed once in the zygote (which needs none of these calls): every test
-    process inherits it at fork, and no process can remove it."""
+    """Install a seccomp filter (`seccomp_instructions`): every call that makes state which outlives its process,
+    or reaches a kernel counter or a file past the path rules, or starts a program, fails. Sets no_new_privs.
+    Installed once in the zygote (which needs none of these calls): every test process inherits it at fork, and no
+    process can remove it."""
     set_no_new_privs()
     # SECCOMP_FILTER_FLAG_SPEC_ALLOW: before Linux 5.16 a filter also switched on speculation mitigations (SSBD,
     # STIBP) for its process by default, which would now slow the zygote itself; they are not what the filter is for
@@ -748,37 +860,63 @@ _ULONG0 = ctypes.c_ulong(0)
 
 
 def seccomp_instructions(machine: str) -> list[tuple[int, int, int, int]]:
-    """The filter as classic BPF (code, jt, jf, k) for `machine` (pure). Jumps are written to labels ("allow",
-    "deny", "next") and resolved to offsets at the end."""
-    arch, x32, denied, sock = _SECCOMP_ARCH[machine]
-    deny = _SECCOMP_RET_ERRNO | 1  # EPERM
-    prog: list[tuple] = [(_BPF_LD_W_ABS, 0, 0, 4),  # arch
-                         (_BPF_JEQ, "next", "deny", arch),
-                         (_BPF_LD_W_ABS, 0, 0, 0)]  # syscall number
+    """The filter as classic BPF (code, jt, jf, k) for `machine` (pure). It fails with EPERM: every call through a
+    foreign ABI (32-bit or x32 entry on x86_64, whose numbers it would misread); the calls of `_SECCOMP_ARCH` denied
+    outright; `socket` of any family but AF_INET and AF_INET6 (AF_UNIX pathname sockets reach host services;
+    AF_NETLINK's sock_diag dumps socket cookies, a node-wide counter; `socketpair` stays allowed); `getsockopt` of
+    SO_COOKIE and SO_NETNS_COOKIE (the same counter); `unshare` and `clone` with CLONE_NEWUSER (a user namespace
+    gives a test mount namespaces of its own, whose mounts move the node-wide mount ID, and kernel surface a judge
+    never needs). `clone3` fails with ENOSYS: its flags are in memory, out of the filter's sight, and libc then
+    falls back to `clone` (threads, fork). Jumps are written to labels and resolved to offsets at the end."""
+    arch, x32, denied, nr = _SECCOMP_ARCH[machine]
+    arg = [16 + 8 * i for i in range(6)]  # args[i], low 32 bits (little endian)
+    prog: list = [(_BPF_LD_W_ABS, 0, 0, 4),  # arch
+                  (_BPF_JEQ, "next", "deny", arch),
+                  (_BPF_LD_W_ABS, 0, 0, 0)]  # syscall number
     if x32:
         prog.append((_BPF_JGE, "deny", "next", x32))
     for low, high in denied:
         if low == high:
             prog.append((_BPF_JEQ, "deny", "next", low))
         else:  # low <= nr <= high: not below low, and not above high
-            prog.append((_BPF_JGE, "next", ("skip", 1), low))
+            prog.append((_BPF_JGE, "next", 1, low))
             prog.append((_BPF_JGT, "next", "deny", high))
-    prog += [(_BPF_JEQ, "next", "allow", sock),
-             (_BPF_LD_W_ABS, 0, 0, 16),  # args[0] (domain), low 32 bits (little endian)
-             (_BPF_JEQ, "deny", "allow", _AF_UNIX)]
-    labels = {"allow": len(prog), "deny": len(prog) + 1}
-    prog += [(_BPF_RET, 0, 0, _SECCOMP_RET_ALLOW), (_BPF_RET, 0, 0, deny)]
+    prog += [(_BPF_JEQ, "enosys", "next", nr["clone3"]),
+             (_BPF_JEQ, "socket", "next", nr["socket"]),
+             (_BPF_JEQ, "getsockopt", "next", nr["getsockopt"]),
+             (_BPF_JEQ, "flags", "next", nr["clone"]),
+             (_BPF_JEQ, "flags", "allow", nr["unshare"]),
+             "socket",
+             (_BPF_LD_W_ABS, 0, 0, arg[0]),  # domain
+             (_BPF_JEQ, "allow", "next", _AF_INET),
+             (_BPF_JEQ, "allow", "deny", _AF_INET6),
+             "getsockopt",
+             (_BPF_LD_W_ABS, 0, 0, arg[1]),  # level
+             (_BPF_JEQ, "next", "allow", _SOL_SOCKET),
+             (_BPF_LD_W_ABS, 0, 0, arg[2]),  # optname
+             (_BPF_JEQ, "deny", "next", _SO_COOKIE),
+             (_BPF_JEQ, "deny", "allow", _SO_NETNS_COOKIE),
+             "flags",
+             (_BPF_LD_W_ABS, 0, 0, arg[0]),  # clone/unshare flags (the kernel reads only their low 32 bits)
+             (_BPF_JSET, "deny", "allow", CLONE_NEWUSER),
+             "allow", (_BPF_RET, 0, 0, _SECCOMP_RET_ALLOW),
+             "deny", (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | _EPERM),
+             "enosys", (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | _ENOSYS)]
+    labels, code = {}, []
+    for item in prog:
+        if isinstance(item, str):
+            labels[item] = len(code)
+        else:
+            code.append(item)
 
     def offset(i: int, target) -> int:
         if target == "next":
             return 0
-        if isinstance(target, tuple):
-            return target[1]
         if isinstance(target, str):
             return labels[target] - i - 1
         return target
 
-    return [(code, offset(i, jt), offset(i, jf), k) for i, (code, jt, jf, k) in enumerate(prog)]
+    return [(op, offset(i, jt), offset(i, jf), k) for i, (op, jt, jf, k) in enumerate(code)]
 
 
 @functools.cache
@@ -946,12 +1084,17 @@ def _bind(source: str, target: str, read_only: bool) -> None:
             pass  # stays writable: Landlock still denies writes
 
 
-def enter_minimal_root(new_root: str, read_paths: list[str], devices: list[str], writable: list[str]) -> None:
+PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
+
+
+def enter_minimal_root(new_root: str, read_paths: list[str], devices: list[str], writable: list[str]) -> bytes | None:
     """Make the calling process's mount namespace show only `read_paths` (read-only binds), `devices` and
     `writable` (binds) on a small empty tmpfs, at their host paths, and pivot into it; the host tree is detached.
+    Returns the options its proc was mounted with (None: no proc), for the proc each test mounts over it.
 
     Call in a private mount namespace (mount propagation private), with CAP_SYS_ADMIN in its user namespace.
     """
+    proc_options = None
     os.makedirs(new_root, exist_ok=True)
     mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=8192,mode=0755")
     try:
@@ -981,9 +1124,10 @@ def enter_minimal_root(new_root: str, read_paths: list[str], devices: list[str],
             if not os.path.lexists(f"{new_root}/dev/{name}"):
                 os.symlink(target, f"{new_root}/dev/{name}")
         os.makedirs(new_root + "/proc", exist_ok=True)
-        for options in ("hidepid=2,subset=pid", "hidepid=2"):
+        for options in (b"hidepid=2,subset=pid", b"hidepid=2"):
             try:
-                mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, options)
+                mount(b"proc", new_root + "/proc", b"proc", PROC_FLAGS, options)
+                proc_options = options
                 break
             except OSError:
                 continue
@@ -1003,3 +1147,4 @@ def enter_minimal_root(new_root: str, read_paths: list[str], devices: list[str],
         mount("none", "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     except OSError:
         pass
+    return proc_options

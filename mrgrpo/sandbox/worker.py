@@ -67,12 +67,14 @@ _OK = {"kind": "ok"}  # the control message of a stdio program that ran to its e
 _CTL_OK = json.dumps(_OK).encode()  # ... written as these bytes, made once (runner.py knows them too)
 _SETUP_FAILED = 70  # exit status of a child whose isolation setup failed (it never wrote the ready byte)
 _STDERR_KEEP = 8192
+_STDERR_SMALL = 512  # a stderr read joins the previous one while that is shorter than this (`_Chunks.read_from`)
 _STDIN_EARLY = 4096  # stdin up to this size (PIPE_BUF: an empty pipe always takes it) is written before the fork
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
 _QUIET_S = 0.01  # how long the zygote lets a test's output pipes fill before it reads them as output comes
 _CPU_CHECK_S = 0.05  # how often the CPU of all processes of a running test is checked (with a slot cgroup)
 _HELD_SLACK = 8 << 20  # a test starts only once the slot cgroup holds less than this of earlier tests' memory ...
-_HELD_WAIT_S = 10.0  # ... waiting at most this long for the kernel to free it (else INFRA: the slot restarts)
+_HELD_WAIT_S = 10.0  # ... waiting at most this long for the kernel to free it (else INFRA: the slot restarts) ...
+_RENEW_AFTER_S = 0.05  # ... or this long, then giving the test a new memory cgroup (`CgroupHandle.renew_memory`)
 _KILL_GRACE_S = 60.0  # a killed test whose processes are not all gone after this long breaks the zygote (INFRA)
 _STRETCH_SLACK_S = 0.01  # a test short of its wall time by less than this has had it (`_Zygote._stretch`)
 _STRETCH_STEP_S = 0.1  # a stretched deadline is at least this far ahead (no busy loop of tiny stretches)
@@ -86,7 +88,7 @@ class _Chunks:
     alive, the zygote would pay for in copy-on-write faults).
     """
 
-    __slots__ = ("cap", "parts", "n", "over")  # no instance dict: fewer objects written per test
+    __slots__ = ("cap", "parts", "n", "over", "kept")  # no instance dict: fewer objects written per test
     _SIZE = 1 << 16
     _scratch = bytearray(_SIZE)
     _view = memoryview(_scratch)
@@ -97,6 +99,7 @@ class _Chunks:
         self.parts: list[bytearray] = []
         self.n = 0
         self.over = False
+        self.kept = 0  # bytes in `parts` (stderr): a running total, never recomputed over the parts
 
     def read_from(self, fd: int) -> int:
         n = os.readv(fd, [self._view])
@@ -105,12 +108,23 @@ class _Chunks:
         self.n += n
         if self.cap is not None and self.n > self.cap:
             self.over = True
+        elif self.cap is None and self.parts and len(self.parts[-1]) < _STDERR_SMALL:
+            # stderr read in small pieces (a program writing a byte at a time): grow the last part, so that the
+            # parts stay few (at most ~2 * _STDERR_KEEP / _STDERR_SMALL) and dropping the oldest is cheap
+            last = self.parts[-1]
+            part = bytearray(len(last) + n)
+            part[:len(last)] = last
+            part[len(last):] = self._view[:n]
+            last[:] = bytes(len(last))
+            self.parts[-1] = part
         else:
             self.parts.append(bytearray(self._view[:n]))
         self._view[:n] = self._zeros[:n]
-        if self.cap is None:  # keep only a tail (stderr)
-            while sum(len(p) for p in self.parts) > 2 * _STDERR_KEEP and len(self.parts) > 1:
+        if self.cap is None:  # keep only a tail (stderr), with a running total: a read costs O(its bytes + 1)
+            self.kept += n
+            while self.kept > 2 * _STDERR_KEEP and len(self.parts) > 1:
                 old = self.parts.pop(0)
+                self.kept -= len(old)
                 old[:] = bytes(len(old))
         return n
 
@@ -121,6 +135,7 @@ class _Chunks:
         for part in self.parts:
             part[:] = bytes(len(part))
         self.parts.clear()
+        self.kept = 0
 
 
 def _read_to_end(chunks: _Chunks, fd: int) -> int:
@@ -201,7 +216,18 @@ def main(cfg_json: str | None = None) -> None:
     os.close(null)
     warnings_out: list[str] = []
     layers = {"pid_ns": False, "net_ns": False, "tmpfs": False, "user_ns": False, "landlock": 0,
-              "per_slot_uid": False, "ipc_ns": False, "seccomp": False, "cgroup_cpu": None, "cgroup_memory": None}
+              "per_slot_uid": False, "ipc_ns": False, "seccomp": False, "cgroup_cpu": None, "cgroup_memory": None,
+              "cpu_quota": None}
+    cg_cfg = cfg.get("cgroup") or {}
+    if cg_cfg.get("cpu_max"):
+        # One CPU for the slot: a v2 quota on the slot cgroup its tests join, or a v1 cpu cgroup that this launcher
+        # joins now, before it forks the zygote, so that the zygote and every test process inherit it.
+        try:
+            if cg_cfg.get("cpu_procs"):
+                iso.join_cgroup(cg_cfg["cpu_procs"])
+            layers["cpu_quota"] = cg_cfg["cpu_max"][0]
+        except OSError as exc:
+            warnings_out.append(f"cannot join the slot's cpu cgroup ({exc})")
     is_root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
     flags = iso.CLONE_NEWNS | iso.CLONE_NEWNET | iso.CLONE_NEWPID | (0 if is_root else iso.CLONE_NEWUSER)
@@ -287,10 +313,12 @@ class _Zygote:
         self.mount_point = f"{self.slot_dir}/t"
         self.mount_point_made = False
         self.tmpfs_mounted = False
-        # Whether a tmpfs no test changed may serve the next test (decided once, `decide_tmpfs_reuse`), and what
-        # the current one looked like when mounted.
-        self.reuse_tmpfs = False
-        self.tmpfs_state = None
+        # Each test mounts a proc of its own PID namespace over the slot's (`proc_options`: how the slot's was
+        # mounted; None: no per-test proc), which the zygote unmounts after it: `proc_dev` tells the slot's proc
+        # from a test's, and `own_proc` is a descriptor of the slot's, where the zygote finds its tests' PIDs.
+        self.proc_options = None
+        self.proc_dev = None
+        self.own_proc = _open_proc()  # opened again in the minimal tree (`_zygote_main`)
         # SysV shared memory, semaphores, message queues and POSIX message queues live in the IPC namespace, not
         # in a process. The slot has an IPC namespace of its own (the launcher's); with the seccomp filter no
         # program can create any of them, and without it each test gets a fresh IPC namespace (set below, once the
@@ -322,6 +350,8 @@ class _Zygote:
         # (v2 `cpu.pressure`, "some" total), else the run delay of the test's PID 1 (/proc/PID/schedstat). It
         # stretches the wall-clock backstop of a test the node kept from running (`_stretch`).
         self.cpu_wait_fd = _open_cpu_pressure(cfg.get("cgroup")) if self.cg is not None else None
+        if self.cpu_wait_fd is not None:
+            self.cg.renew_with_cpu("cpu.pressure", self.cpu_wait_fd)  # see `renew_memory`
         self.wait0 = None  # its reading before the current test
         self.proc_is_ours = None  # whether /proc shows our PID namespace (decided at first use, in the final tree)
         self.starved, self.waited = False, 0.0  # what `_stretch` found at the current test's last deadline
@@ -334,6 +364,9 @@ class _Zygote:
             warnings_out.append("no cgroup CPU accounting: a test's CPU is what its init reaps (processes a "
                                 "program lets the kernel auto-reap, SIGCHLD ignored, are bounded only by RLIMIT_CPU "
                                 "each) and is checked after the test, not while it runs")
+        if layers["cgroup_cpu"] is not None and layers["cpu_quota"] is None:
+            warnings_out.append("no CPU quota per slot (no cpu controller for the slot cgroup): a test that forks "
+                                "spinning processes can take more than the one CPU admission gives its slot")
         if layers["cgroup_memory"] is None:
             warnings_out.append("no cgroup memory limit (cgroup v2: our cgroup holds processes and no ancestor "
                                 "gives its children the memory controller; set MRGRPO_SANDBOX_CGROUP_PARENT to a "
@@ -369,8 +402,8 @@ class _Zygote:
         # the test directory that HOME and TMPDIR name in this process's environment
         self.env_dir = self.mount_point if self.per_test_tmpfs else None  # with a tmpfs, every test runs there
         _program_process_state(self.env_dir)
-        if self.uid is not None:
-            iso.prepare_drop_to_user(keep_read_search=True)
+        if self.uid is not None or self.layers["user_ns"]:
+            iso.clear_inheritable_and_bounding()  # no uid change clears them (`_isolation_calls` does the rest)
         if self.layers["seccomp"]:
             # The zygote makes none of the calls the filter denies (it talks through pipes): installed here, it is
             # every test's from its first instruction, and no test process builds or attaches a filter.
@@ -448,8 +481,9 @@ class _Zygote:
         if self.per_test_tmpfs:
             # A fresh tmpfs per test, mounted on the slot's one mount point (no mkdir/rmdir per test, and every
             # test sees the same path): its files vanish at once when it is unmounted. The mount point itself is
-            # under the tmpfs while a test runs, so no program can reach or change it. A tmpfs the last test
-            # left exactly as it was mounted serves again (`clean_up`).
+            # under the tmpfs while a test runs, so no program can reach or change it. Never reused, not even
+            # untouched: its root's times (when it was mounted) and its inode counter (which O_TMPFILE files move
+            # without touching the root) would tell a test about the tests before it.
             tmp = self.mount_point
             if not self.tmpfs_mounted:
                 self._mount_tmpfs()
@@ -474,25 +508,6 @@ class _Zygote:
         self._make_mount_point()
         iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
         self.tmpfs_mounted = True
-        if self.reuse_tmpfs:
-            self.tmpfs_state = _tmpfs_state(tmp)  # also reads the root's ctime: its next change gets a new one
-
-    def decide_tmpfs_reuse(self) -> None:
-        """Once, before the first test: may a tmpfs that looks untouched serve the next test? (Probed on a tmpfs of
-        its own, unmounted again: the probe's files would show in the first test's inode numbers.)"""
-        self.reuse_tmpfs = False
-        if self.per_test_tmpfs and self.pidns_fd is not None and "tmpfs_reuse" not in self.disable:
-            try:
-                self._make_mount_point()
-                iso.mount(b"tmpfs", self.mount_point, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV, b"size=64k,mode=0700")
-            except OSError:
-                return
-            self.reuse_tmpfs = _ctime_moves_at_every_change(self.mount_point)
-            try:
-                iso.umount(self.mount_point)
-            except OSError:  # never expected; the first test's tmpfs is mounted over it, and none is reused
-                self.reuse_tmpfs = False
-        self.layers["tmpfs_reuse"] = self.reuse_tmpfs
 
     def _make_mount_point(self) -> None:
         if not self.mount_point_made:
@@ -507,9 +522,9 @@ class _Zygote:
         tmp, fds, ended = self.pending
         self.pending = None
         self._close_all(fds)
+        if self.proc_dev is not None:
+            self._unmount_test_proc()
         if self.per_test_tmpfs:
-            if ended and self.reuse_tmpfs and self.tmpfs_state is not None and _tmpfs_state(tmp) == self.tmpfs_state:
-                return  # exactly as mounted: the next test runs in it (saves a mount, and the unmount's RCU wait)
             self.tmpfs_mounted = False
             try:
                 iso.umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
@@ -523,6 +538,17 @@ class _Zygote:
             os.rmdir(tmp)  # a program that wrote nothing left an empty directory
         except OSError:
             iso.remove_tree(tmp)  # an unremovable leftover stays under a name no later test gets
+
+    def _unmount_test_proc(self) -> None:
+        """Unmount the proc the last test mounted over the slot's (none if its set-up failed before): the slot's
+        shows again. Never fails: a proc left over (never expected) is covered by the next test's."""
+        try:
+            for _ in range(4):
+                if os.stat("/proc").st_dev == self.proc_dev:
+                    return
+                iso.umount(b"/proc")
+        except OSError:
+            pass
 
     @staticmethod
     def _close_all(fds: list[int]) -> None:
@@ -553,6 +579,8 @@ class _Zygote:
             fixed = self.cg.join_calls() if self.cg is not None else []
             if self.layers["ipc_ns"] == "test":
                 fixed.append((iso.unshare, (iso.CLONE_NEWIPC,)))
+            if self.proc_dev is not None:  # a proc of the test's own PID namespace (before Landlock: no mounts then)
+                fixed.append((iso.mount, (b"proc", b"/proc", b"proc", iso.PROC_FLAGS, self.proc_options)))
             self.fixed_calls = (fixed, self._isolation_calls())
         before_rlimits, after_rlimits = self.fixed_calls
         calls = [] if self.pidns_fd is not None else [(os.setsid, ())]
@@ -577,7 +605,11 @@ class _Zygote:
         if self.ruleset is not None:
             calls += [(iso.restrict_self, (self.ruleset,)), (os.close, (self.ruleset,))]
         if self.uid is not None:
-            calls += iso.drop_to_user_calls(self.uid, self.uid, keep_read_search=True)
+            # No capability at all. Only without the minimal tree (where an interpreter under /root, mode 0700, must
+            # stay importable) CAP_DAC_READ_SEARCH stays; seccomp denies the file-handle calls it would open.
+            keep = not self.layers.get("minimal_root")
+            iso.prepare_drop_to_user(keep_read_search=keep)
+            calls += iso.drop_to_user_calls(self.uid, self.uid, keep_read_search=keep)
         elif self.layers["user_ns"]:
             calls.append((iso.drop_capabilities, ()))
         return calls
@@ -666,11 +698,23 @@ class _Zygote:
         held = self.cg.held_bytes(_HELD_SLACK)
         if held < _HELD_SLACK:
             return held
-        deadline = time.monotonic() + _HELD_WAIT_S
+        _collect_unix_garbage()  # memory that descriptors in flight hold is freed by the kernel's collector
+        now = time.monotonic()
+        deadline, renew_at = now + _HELD_WAIT_S, now + _RENEW_AFTER_S
         pause = 0.001
         while held >= _HELD_SLACK and time.monotonic() < deadline:
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+            if renew_at is not None and time.monotonic() >= renew_at:
+                # Still held: the test gets a new memory cgroup, and the old one keeps what it holds until the kernel
+                # frees it. (Else, e.g. a cgroup we may not remake, wait as before, and INFRA at the deadline.)
+                renew_at = None
+                try:
+                    self.cg.renew_memory()
+                    self.cg_last = None  # its counters start again: read them before the test
+                except OSError:
+                    pass
+            else:
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
             held = self.cg.held_bytes(_HELD_SLACK)
         return held
 
@@ -866,12 +910,18 @@ class _Zygote:
             total = _cpu_pressure_us(self.cpu_wait_fd)
             return None if total is None else (total - self.wait0) / 1e6
         try:
+            if self.own_proc is None:
+                return None
             if self.proc_is_ours is None:  # a /proc of another PID namespace would show another process
-                self.proc_is_ours = os.readlink("/proc/self") == str(os.getpid())
+                self.proc_is_ours = os.readlink("self", dir_fd=self.own_proc) == str(os.getpid())
             if not self.proc_is_ours:
                 return None
-            with open(f"/proc/{pid}/schedstat", "rb") as f:  # the run delay of the test's PID 1, born at `start`
-                return int(f.read().split()[1]) / 1e9
+            # the run delay of the test's PID 1, born at `start` (in the slot's proc: a test mounts its own on /proc)
+            fd = os.open(f"{pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.own_proc)
+            try:
+                return int(os.read(fd, 256).split()[1]) / 1e9
+            finally:
+                os.close(fd)
         except (OSError, ValueError, IndexError):
             return None
 
@@ -921,36 +971,24 @@ def _cpu_pressure_us(fd: int) -> int | None:
         return None
 
 
-def _ctime_moves_at_every_change(tmp: str) -> bool:
-    """Whether this kernel gives the root of a tmpfs a new ctime at every change once its ctime was read
-    (multigrain timestamps, tmpfs since Linux 6.13; coarse timestamps stay the same within a clock tick). That is
-    what makes a tmpfs that looks untouched after a test safe to serve the next one: every change a program can
-    make to its directory (a file made, even if removed again; mode, times, extended attributes) moves the root's
-    ctime, and what a removed file leaves (the tmpfs's inode and directory-offset counters) shows only there.
-    (The caller also needs a PID namespace: no process of a test outlives its PID 1.)"""
-    probe = tmp + "/p"
+def _open_proc() -> int | None:
     try:
-        for _ in range(16):
-            before = os.stat(tmp).st_ctime_ns
-            os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600))
-            os.unlink(probe)
-            if os.stat(tmp).st_ctime_ns == before:
-                return False
-    except OSError:
-        return False
-    return True
-
-
-def _tmpfs_state(path: str) -> tuple | None:
-    """What a test could change in a tmpfs, seen from outside: its root (which mount; mode, owner, links, size,
-    times: every change to the directory moves its ctime) and the blocks and inodes in use. None if unreadable."""
-    try:
-        st = os.stat(path)
-        fs = os.statvfs(path)
+        return os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_nlink, st.st_size, st.st_atime_ns,
-            st.st_mtime_ns, st.st_ctime_ns, fs.f_bfree, fs.f_ffree)
+
+
+def _collect_unix_garbage() -> None:
+    """Have the kernel's unix garbage collector run: releasing a unix socket schedules it while descriptors are in
+    flight (e.g. memfds a test sent into a cycle of sockets and left there: they hold memory until it runs)."""
+    import _socket
+
+    try:
+        a, b = _socket.socketpair()
+    except OSError:
+        return
+    a.close()
+    b.close()
 
 
 def _test_streams() -> tuple:
@@ -1033,13 +1071,20 @@ def _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root) -> None:
     layers["minimal_root"] = False
     if layers["tmpfs"] and "minimal_root" not in cfg.get("disable", ()):
         try:
-            iso.enter_minimal_root(cfg["slot_dir"] + ".root", _read_paths(cfg), list(_DEVICES), [cfg["slot_dir"]])
+            proc = iso.enter_minimal_root(cfg["slot_dir"] + ".root", _read_paths(cfg), list(_DEVICES),
+                                          [cfg["slot_dir"]])
             layers["minimal_root"] = True
+            if proc is not None and zygote.pidns_fd is not None:
+                zygote.proc_options = proc
+                zygote.proc_dev = os.stat("/proc").st_dev
         except OSError as exc:
             warnings_out.append(f"no minimal file tree ({exc}): programs can stat any host path and see host "
                                 "sockets (connecting to them needs AF_UNIX sockets, which seccomp denies)")
     zygote.share_one_ruleset()  # after the minimal tree: its bind of the slot directory is what tests see
-    zygote.decide_tmpfs_reuse()
+    layers["proc_per_test"] = zygote.proc_dev is not None
+    if zygote.own_proc is not None:
+        os.close(zygote.own_proc)
+    zygote.own_proc = _open_proc()  # the slot's proc (the host's without the tree), before a test mounts its own
     send(resp_fd, {"ready": True, "layers": layers, "warnings": zygote.warnings})
     while True:
         req = recv(req_fd)
