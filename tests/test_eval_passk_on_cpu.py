@@ -9,6 +9,7 @@ from math import comb
 
 import pytest
 
+from mrgrpo.cli import UsageError
 from mrgrpo.eval.cli import checkpoint_actor_dir, merge_command, parser, resolve_model
 from mrgrpo.eval.passk import mean_pass_at_k, parse_ks, pass_at_k
 from mrgrpo.eval.report import summarize, write_outputs
@@ -162,6 +163,7 @@ def test_model_resolution(tmp_path):
     hf = tmp_path / "hf"
     hf.mkdir()
     (hf / "config.json").write_text("{}")
+    (hf / "tokenizer_config.json").write_text("{}")
     assert resolve_model(str(hf), tmp_path / "merged") == (hf, "hf")
 
     step = tmp_path / "global_step_5"
@@ -176,8 +178,11 @@ def test_model_resolution(tmp_path):
     merged.mkdir()
     (merged / "config.json").write_text("{}")  # merged earlier: not merged again
     assert resolve_model(str(step), merged)[0] == merged
-    with pytest.raises(SystemExit, match="neither an HF model directory"):
+    with pytest.raises(UsageError, match="no such directory"):  # exit 2 in the command
         resolve_model(str(tmp_path / "nothing"), tmp_path / "m2")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="without config.json or an FSDP checkpoint"):
+        resolve_model(str(tmp_path / "empty"), tmp_path / "m2")
 
 
 def test_cli_defaults_and_k_check(capsys, tmp_path):

@@ -80,9 +80,13 @@ def _by(records: Sequence, key: str, ks: Sequence[int], order: Sequence[str] = (
     return {name: group_stats(groups[name], ks) for name in names}
 
 
-def summarize(records: Sequence, ks: Sequence[int], settings: dict[str, Any]) -> dict[str, Any]:
+def summarize(records: Sequence, ks: Sequence[int], settings: dict[str, Any],
+              prompt_filter: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``prompt_filter``: what verl's overlong-prompt filter dropped before the evaluation (``max_prompt_length``,
+    ``problems_read``, ``dropped``, ``dropped_ids``; `mrgrpo.eval.run.LoadedRows.prompt_filter`)."""
     return {
         "settings": {**settings, "k": list(ks)},
+        **({"prompt_filter": dict(prompt_filter)} if prompt_filter is not None else {}),
         "num_problems": len({r.problem_id for r in records}),
         "num_samples": len(records),
         "num_judged": sum(1 for r in records if r.verdict),
@@ -121,7 +125,7 @@ def plot(summary: dict[str, Any], path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "matplotlib is not installed (pip install 'mrgrpo[eval]')"
+        return "matplotlib is not installed (pip install matplotlib)"
     ks = summary["settings"]["k"]
 
     def series(block: dict[str, Any], which: str) -> list[float]:
@@ -165,6 +169,20 @@ def _table(title: str, groups: dict[str, Any], ks: Sequence[int]) -> list[str]:
     return lines + [""]
 
 
+MAX_IDS_SHOWN = 50
+
+
+def prompt_filter_line(pf: dict[str, Any]) -> str:
+    """How many problems the prompt-length filter dropped, and which (the first ``MAX_IDS_SHOWN``)."""
+    head = (f"Prompt-length filter: {pf['dropped']} of {pf['problems_read']} problems dropped (first prompt longer "
+            f"than max_prompt_length={pf['max_prompt_length']} tokens)")
+    if not pf["dropped"]:
+        return head + "."
+    ids = [f"`{i}`" for i in pf["dropped_ids"][:MAX_IDS_SHOWN]]
+    more = f", ... ({pf['dropped']} in all: `summary.json`, prompt_filter)" if pf["dropped"] > MAX_IDS_SHOWN else ""
+    return f"{head}: {', '.join(ids)}{more}."
+
+
 def markdown(summary: dict[str, Any], plot_name: str | None, plot_note: str | None) -> str:
     s, ks = summary["settings"], summary["settings"]["k"]
     pub = summary["public_tests"]
@@ -177,6 +195,7 @@ def markdown(summary: dict[str, Any], plot_name: str | None, plot_note: str | No
         f"temperature={s['temperature']}, top_p={s['top_p']}, top_k={s['top_k']}, "
         f"max_response_length={s['max_response_length']}.",
         "",
+        *([prompt_filter_line(summary["prompt_filter"]), ""] if "prompt_filter" in summary else []),
         "pass@k: the unbiased estimator of Chen et al. (2021) per problem, averaged over problems. *Final* scores the "
         "loop's final program (after feedback rounds on the public tests) on the hidden tests, exactly as the "
         "training reward; *attempt 1* scores the first attempt's program on the same hidden tests.",
@@ -217,12 +236,13 @@ def markdown(summary: dict[str, Any], plot_name: str | None, plot_note: str | No
     return "\n".join(lines)
 
 
-def write_outputs(records: Sequence, ks: Sequence[int], settings: dict[str, Any], out_dir: str | Path) -> dict:
+def write_outputs(records: Sequence, ks: Sequence[int], settings: dict[str, Any], out_dir: str | Path,
+                  prompt_filter: dict[str, Any] | None = None) -> dict:
     """Writes summary.json, per_problem.csv, passk.png (when matplotlib is there) and report.md; returns the
     summary."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(records, ks, settings)
+    summary = summarize(records, ks, settings, prompt_filter=prompt_filter)
     write_csv(records, out / "per_problem.csv")
     note = plot(summary, out / "passk.png")
     summary["files"] = ["summary.json", "per_problem.csv", "report.md"] + ([] if note else ["passk.png"])

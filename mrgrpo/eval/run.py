@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mrgrpo.code_extract import extract_code
+from mrgrpo.config import AGENT_LOOP_YAML
 from mrgrpo.data.build import AGENT_NAME
 
-DEFAULT_AGENT_LOOP_YAML = Path(__file__).resolve().parents[2] / "recipe" / "mrgrpo" / "config" / "agent_loop.yaml"
+DEFAULT_AGENT_LOOP_YAML = AGENT_LOOP_YAML
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,44 @@ def trainer_config(settings: EvalSettings):
     )
 
 
-def load_rows(data_file: str | Path, tokenizer, settings: EvalSettings) -> list[dict]:
-    """The rows as verl's dataset gives them to the agent loop (see the module docstring)."""
+def problem_id(extra_info: dict | None) -> str:
+    """A row's problem id in the outputs: ``extra_info.source_id``, else its ``index``."""
+    info = extra_info or {}
+    return str(info.get("source_id") or info.get("index", "?"))
+
+
+@dataclass
+class LoadedRows:
+    """The rows to evaluate, and what verl's prompt-length filter dropped of the ``num_read`` rows it was given
+    (the file's first ``--limit`` rows)."""
+
+    rows: list[dict]
+    num_read: int
+    dropped: list[str]  # problem ids, in file order
+
+    def prompt_filter(self, max_prompt_length: int) -> dict:
+        return {"max_prompt_length": int(max_prompt_length), "problems_read": self.num_read,
+                "dropped": len(self.dropped), "dropped_ids": list(self.dropped)}
+
+
+def dropped_ids(read: list[dict | None], kept: list[dict | None]) -> list[str]:
+    """Problem ids of ``read`` (extra_info dicts, file order) that are not in ``kept`` (a sub-multiset of them)."""
+    left = Counter(problem_id(info) for info in kept)
+    out = []
+    for info in read:
+        pid = problem_id(info)
+        if left[pid] > 0:
+            left[pid] -= 1
+        else:
+            out.append(pid)
+    return out
+
+
+def load_rows(data_file: str | Path, tokenizer, settings: EvalSettings) -> LoadedRows:
+    """The rows as verl's dataset gives them to the agent loop (see the module docstring), and the ids of the
+    problems its overlong-prompt filter dropped."""
+    import pyarrow.parquet as pq
+
     from mrgrpo.dataset import MrGRPODataset
 
     cfg = trainer_config(settings)
@@ -133,7 +171,9 @@ def load_rows(data_file: str | Path, tokenizer, settings: EvalSettings) -> list[
         if agent != AGENT_NAME:
             raise ValueError(f"row {i}: agent_name {agent!r}; mrgrpo eval runs the {AGENT_NAME!r} loop only")
         rows.append(row)
-    return rows
+    infos = pq.read_table(str(data_file), columns=["extra_info"]).column("extra_info").to_pylist()
+    read = infos[:settings.limit] if settings.limit > 0 else infos  # verl's max_samples without shuffle
+    return LoadedRows(rows=rows, num_read=len(read), dropped=dropped_ids(read, [r.get("extra_info") for r in rows]))
 
 
 def agent_loop_entry(path: str | None):
@@ -141,9 +181,7 @@ def agent_loop_entry(path: str | None):
     from omegaconf import OmegaConf
 
     if path is None:
-        if not DEFAULT_AGENT_LOOP_YAML.is_file():
-            return OmegaConf.create({"name": AGENT_NAME, "_target_": "mrgrpo.agent_loop.PlanCodeAgentLoop"})
-        path = str(DEFAULT_AGENT_LOOP_YAML)
+        path = str(DEFAULT_AGENT_LOOP_YAML)  # shipped in the package (mrgrpo.config): there in every install
     for entry in OmegaConf.load(path):
         if entry.name == AGENT_NAME:
             return entry
@@ -230,7 +268,7 @@ async def run_sample(row: dict, sample: int, server, tokenizer, settings: EvalSe
         first_score = await aio.run_in_executor(None, lambda: _score(row, info1, solution_str, settings.reward_kwargs))
     info = row.get("extra_info") or {}
     return SampleRecord(
-        problem_id=str(info.get("source_id") or info.get("index", "?")),
+        problem_id=problem_id(info),
         index=int(row.get("index", info.get("index", 0)) or 0),
         data_source=str(row.get("data_source", "")),
         difficulty=str(info.get("difficulty") or "unknown"),
