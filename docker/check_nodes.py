@@ -17,7 +17,15 @@ import os
 import sys
 from pathlib import Path
 
-RECIPE_AGENT_LOOP = Path("recipe") / "mrgrpo" / "config" / "agent_loop.yaml"
+
+
+def driver_agent_loop_yaml() -> str:
+    """The agent-loop yaml the run script passes to verl: the one shipped in the driver's installed mrgrpo."""
+    try:
+        from mrgrpo.config import AGENT_LOOP_YAML
+    except ImportError:
+        return str(Path(__file__).resolve().parents[1] / "mrgrpo" / "config" / "agent_loop.yaml")
+    return str(AGENT_LOOP_YAML)
 
 
 def node_facts(agent_loop_yaml: str) -> dict:
@@ -63,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", default=os.getenv("RAY_ADDRESS", "auto"), help="Ray address (default auto)")
     parser.add_argument(
         "--agent-loop-yaml",
-        default=str(Path(os.getenv("MRGRPO_HOME", Path(__file__).resolve().parents[1])) / RECIPE_AGENT_LOOP),
-        help="path every node must have (default: $MRGRPO_HOME/recipe/mrgrpo/config/agent_loop.yaml)",
+        default=driver_agent_loop_yaml(),
+        help="path every node must have (default: the driver's installed mrgrpo/config/agent_loop.yaml)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

@@ -1,14 +1,14 @@
 """Build helper for docker/Dockerfile (standard library only; also used by tests/test_docker_on_cpu.py).
 
-    python3 docker/pin_stack.py check --expect torch=2.11.0 --expect vllm=0.24.0 \
-        --constraints /tmp/stack.txt --pin verl=0.9.1
-        Fail (exit 1) unless each expected package is installed at that version (a local label such as
-        +cu130 is ignored); then write a pip constraints file that freezes the base image's compiled stack
+    python3 docker/pin_stack.py check --expect-extra pyproject.toml:gpu --constraints /tmp/stack.txt --pin verl=0.9.1
+        Fail (exit 1) unless each package the ``gpu`` extra pins (``--expect-extra``; or ``--expect NAME=VERSION``)
+        is installed at that version (a local label such as +cu130 is ignored); then write a pip constraints file that freezes the base image's compiled stack
         (torch, vllm, flash-attn, ... whichever are installed, at their exact installed versions) plus the
         --pin lines, so installing mrgrpo and verl on top can never replace the image's torch or vLLM.
 
-    python3 docker/pin_stack.py deps pyproject.toml
-        Print [project].dependencies one per line, for a cached dependency layer before the source is copied.
+    python3 docker/pin_stack.py deps pyproject.toml --extra gpu
+        Print [project].dependencies (and the extra's) one per line, for a cached dependency layer before the
+        source is copied: the image installs through the same ``gpu`` extra a user's ``pip install '.[gpu]'`` does.
 """
 
 from __future__ import annotations
@@ -89,11 +89,29 @@ def constraints(pins: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def project_dependencies(pyproject: Path) -> list[str]:
+def project_dependencies(pyproject: Path, extras: tuple[str, ...] = ()) -> list[str]:
     import tomllib  # Python 3.11+: the image has 3.12
 
     with pyproject.open("rb") as f:
-        return list(tomllib.load(f)["project"]["dependencies"])
+        project = tomllib.load(f)["project"]
+    optional = project.get("optional-dependencies", {})
+    missing = [e for e in extras if e not in optional]
+    if missing:
+        raise SystemExit(f"pin_stack.py: {pyproject} has no extra {missing[0]!r}")
+    return list(project["dependencies"]) + [r for e in extras for r in optional[e]]
+
+
+def extra_pins(spec: str) -> list[tuple[str, str]]:
+    """``PYPROJECT:EXTRA`` -> the ``NAME==VERSION`` pins of that extra, as (name, version)."""
+    path, sep, extra = spec.rpartition(":")
+    if not sep:
+        raise SystemExit(f"pin_stack.py: --expect-extra wants PYPROJECT:EXTRA, got {spec!r}")
+    pins = []
+    for req in project_dependencies(Path(path), (extra,))[len(project_dependencies(Path(path))):]:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*==\s*([\w.+-]+)", req.split(";")[0].strip())
+        if m:
+            pins.append((m.group(1), m.group(2)))
+    return pins
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,16 +119,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="verify the base image's stack and write pip constraints that keep it")
     c.add_argument("--expect", action="append", default=[], metavar="NAME=VERSION")
+    c.add_argument("--expect-extra", action="append", default=[], metavar="PYPROJECT:EXTRA",
+                   help="expect every NAME==VERSION pin of that extra of a pyproject.toml")
     c.add_argument("--pin", action="append", default=[], metavar="NAME=VERSION", help="extra constraint lines")
     c.add_argument("--constraints", type=Path, required=True, help="pip constraints file to write")
     d = sub.add_parser("deps", help="print [project].dependencies of a pyproject.toml")
     d.add_argument("pyproject", type=Path)
+    d.add_argument("--extra", action="append", default=[], help="also that extra's requirements (repeatable)")
     args = parser.parse_args(argv)
 
     if args.command == "deps":
-        print("\n".join(project_dependencies(args.pyproject)))
+        print("\n".join(project_dependencies(args.pyproject, tuple(args.extra))))
         return 0
-    problems = check(parse_pairs(args.expect, "--expect"))
+    expect = parse_pairs(args.expect, "--expect") + [p for spec in args.expect_extra for p in extra_pins(spec)]
+    problems = check(expect)
     if problems:
         for p in problems:
             print(f"pin_stack.py: {p}", file=sys.stderr)

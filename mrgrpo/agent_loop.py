@@ -7,7 +7,7 @@ described once, in docs/architecture.md ("The agent loop"). Reading this file:
   reason from ``STOP_REASONS``; `run` turns an exception into the typed ``error`` outcome (`_error_output`).
 - settings: ``self.config.mrgrpo.agent_loop`` (every key in ``SETTINGS``), as verl's ToolAgentLoop reads
   ``actor_rollout_ref.rollout.multi_turn``; their defaults live in the trainer yaml (``TRAINER_YAML``) only.
-  ``recipe/mrgrpo/config/agent_loop.yaml`` names the class for verl's registry and nothing else.
+  ``mrgrpo/config/agent_loop.yaml`` names the class for verl's registry and nothing else.
 - the token stream is only appended to, through verl's Continuous Token helpers (`_generate`: model tokens,
   mask 1; `_append_user` / `_close_turn`: injected tokens, mask 0); generated text is decoded to be read, never
   encoded again.
@@ -31,14 +31,13 @@ from verl.utils.profiler import simple_timer
 
 from mrgrpo import prompts
 from mrgrpo.code_extract import extract_code, strip_think
+from mrgrpo.config import TRAINER_YAML  # its mrgrpo.agent_loop section holds the default of every SETTINGS key
 from mrgrpo.first_turn import PLAN_SOURCES, first_turn_messages, plan_source_of
 from mrgrpo.marker import mark_once
 from mrgrpo.testset import TestSet
 
 logger = logging.getLogger(__name__)
 
-# The trainer yaml whose ``mrgrpo.agent_loop`` section holds the default of every setting in ``SETTINGS``.
-TRAINER_YAML = Path(__file__).resolve().parents[1] / "recipe" / "mrgrpo" / "config" / "mrgrpo_trainer.yaml"
 SETTINGS = ("rounds", "plan_source", "plan_max_tokens", "min_turn_tokens", "feedback_max_chars",
             "feedback_stderr_chars", "sandbox_concurrency", "sandbox_time_s", "sandbox_wall_s")
 # The fixed key set of ``AgentLoopOutput.extra_fields`` written by this loop (the reward and the dashboard read them).
@@ -179,7 +178,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
         missing = [k for k in SETTINGS if k not in section]
         if missing:
             raise KeyError(f"PlanCodeAgentLoop: the trainer config has no mrgrpo.agent_loop.{{{','.join(missing)}}}; "
-                           f"compose it from {TRAINER_YAML.name} (recipe/mrgrpo/config), whose mrgrpo.agent_loop "
+                           f"compose it from {TRAINER_YAML.name} (mrgrpo/config), whose mrgrpo.agent_loop "
                            "section holds every setting's default")
         self.rounds = int(section["rounds"])
         self.plan_source = str(section["plan_source"])

@@ -55,6 +55,10 @@ def _register() -> None:
     if "verl" not in sys.modules:
         return
     try:
+        import mrgrpo.config  # noqa: F401  (registers the ${mrgrpo_config:...} resolver the trainer yaml uses)
+    except Exception:  # a plugin must not break `import verl`
+        logger.warning("mrgrpo.plugin: could not register the mrgrpo_config resolver", exc_info=True)
+    try:
         import mrgrpo.advantage  # noqa: F401  (registers mrgrpo_grpo)
     except Exception:  # a plugin must not break `import verl`
         logger.warning("mrgrpo.plugin: could not register the mrgrpo_grpo advantage estimator", exc_info=True)

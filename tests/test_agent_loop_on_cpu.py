@@ -363,7 +363,7 @@ def test_sandbox_concurrency_is_bounded_and_non_blocking(tiny_tokenizer, monkeyp
 
 
 def test_instantiated_from_the_recipe_yaml(tiny_tokenizer, repo_root):
-    entries = OmegaConf.load(repo_root / "recipe/mrgrpo/config/agent_loop.yaml")
+    entries = OmegaConf.load(repo_root / "mrgrpo/config/agent_loop.yaml")
     (entry,) = [e for e in entries if e.name == AGENT_NAME]
     assert entry._target_ == "mrgrpo.agent_loop.PlanCodeAgentLoop"
     assert set(entry) == {"name", "_target_"}  # the class only: the settings live in the trainer yaml

@@ -446,7 +446,7 @@ def test_recipe_config_selects_it_with_overrides(repo_root):
     from hydra import compose, initialize_config_dir
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    with initialize_config_dir(config_dir=str(repo_root / "recipe/mrgrpo/config"), version_base=None):
+    with initialize_config_dir(config_dir=str(repo_root / "mrgrpo/config"), version_base=None):
         cfg = compose("mrgrpo_trainer", overrides=[
             "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=mrgrpo_attempt",
             "algorithm.gamma=0.9"])  # the recipe passes the estimator's name to the sampler itself

@@ -46,17 +46,21 @@ def test_pins_agree_with_pyproject_and_required_verl():
     project = pyproject()["project"]
     verl_pins = [pin_of(r, "verl") for r in project["dependencies"] if pin_of(r, "verl")]
     assert verl_pins == [args["VERL_VERSION"]]
-    vllm_pins = [pin_of(r, "vllm") for r in project["optional-dependencies"]["vllm"] if pin_of(r, "vllm")]
-    assert vllm_pins == [args["VLLM_VERSION"]]
+    assert "VLLM_VERSION" not in args and "TORCH_VERSION" not in args  # one home: the gpu extra
 
 
-def test_pins_agree_with_installed_verls_vllm_extra():
-    """verl 0.9.1's own [vllm] extra names the torch and vLLM the image must carry."""
+def gpu_extra_pins() -> dict[str, str]:
+    gpu = pyproject()["project"]["optional-dependencies"]["gpu"]
+    return {name: pin_of(r, name) for r in gpu for name in ("torch", "vllm") if pin_of(r, name)}
+
+
+def test_gpu_extra_pins_what_installed_verls_vllm_extra_pins():
+    """verl 0.9.1's own [vllm] extra (its image's stack) names the torch and vLLM of mrgrpo's gpu extra."""
     args = dockerfile_args()
     assert metadata.version("verl") == args["VERL_VERSION"]
     extra = [r for r in metadata.requires("verl") or [] if re.search(r"extra\s*==\s*['\"]vllm['\"]", r)]
     pins = {name: pin_of(r, name) for r in extra for name in ("torch", "vllm") if pin_of(r, name)}
-    assert pins == {"torch": args["TORCH_VERSION"], "vllm": args["VLLM_VERSION"]}
+    assert pins == gpu_extra_pins() == {"torch": "2.11.0", "vllm": "0.24.0"}
 
 
 def test_base_image_matches_vllm_pin_and_docs():
@@ -64,12 +68,12 @@ def test_base_image_matches_vllm_pin_and_docs():
     base = args["BASE_IMAGE"]
     repo, _, tag = base.partition(":")
     assert repo == "verlai/verl"
-    major, minor, _ = args["VLLM_VERSION"].split(".")
+    major, minor, _ = gpu_extra_pins()["vllm"].split(".")
     assert tag.startswith(f"vllm{int(major)}{int(minor):02d}."), f"{tag} is not verl's vLLM {major}.{minor} line"
     docs = (ROOT / "docs" / "docker.md").read_text()
     assert f"`{base}`" in docs
-    for arg in ("VERL_VERSION", "VLLM_VERSION", "TORCH_VERSION"):
-        assert args[arg] in docs
+    for version in (args["VERL_VERSION"], *gpu_extra_pins().values()):
+        assert version in docs
 
 
 def test_dockerfile_installs_mrgrpo_on_the_base_without_verl_source():
@@ -82,7 +86,7 @@ def test_dockerfile_installs_mrgrpo_on_the_base_without_verl_source():
         if line.startswith(("COPY", "ADD")):
             assert "verl" not in line.split()[1:-1], line
     # the stack check uses the ARGs, every pip install is constrained, the build ends with the drift check
-    assert '--expect "torch=${TORCH_VERSION}" --expect "vllm=${VLLM_VERSION}"' in text
+    assert "--expect-extra pyproject.toml:gpu" in text and "deps pyproject.toml --extra gpu" in text
     assert '--pin "verl=${VERL_VERSION}"' in text
     for line in re.findall(r"pip install[^\n]*", text):
         assert "-c /etc/mrgrpo-constraints.txt" in line, line
@@ -138,6 +142,18 @@ def test_pin_stack_deps_are_pyprojects(capsys):
     pin_stack = load_script("pin_stack")
     assert pin_stack.main(["deps", str(ROOT / "pyproject.toml")]) == 0
     assert capsys.readouterr().out.split() == pyproject()["project"]["dependencies"]
+    assert pin_stack.main(["deps", str(ROOT / "pyproject.toml"), "--extra", "gpu"]) == 0
+    project = pyproject()["project"]
+    assert capsys.readouterr().out.split() == project["dependencies"] + project["optional-dependencies"]["gpu"]
+
+
+def test_pin_stack_expects_the_gpu_extras_pins(tmp_path, capsys):
+    """The image checks the torch and vLLM of pyproject's gpu extra (here: not installed, so it refuses)."""
+    pin_stack = load_script("pin_stack")
+    assert pin_stack.extra_pins(f"{ROOT / 'pyproject.toml'}:gpu") == sorted(gpu_extra_pins().items(), reverse=True)
+    out = tmp_path / "c.txt"
+    assert pin_stack.main(["check", "--expect-extra", f"{ROOT / 'pyproject.toml'}:gpu", "--constraints", str(out)]) == 1
+    assert "vllm is not installed" in capsys.readouterr().err and not out.exists()
 
 
 # ---- docker/check_nodes.py (the per-node probe; the Ray part needs a cluster) -------------------------------
@@ -145,7 +161,7 @@ def test_pin_stack_deps_are_pyprojects(capsys):
 
 def test_check_nodes_probe_locally():
     check_nodes = load_script("check_nodes")
-    yaml = ROOT / check_nodes.RECIPE_AGENT_LOOP
+    yaml = check_nodes.driver_agent_loop_yaml()
     facts = check_nodes.node_facts(str(yaml))
     assert facts["verl"] == "0.9.1" and facts["mrgrpo"] and facts["agent_loop_yaml"]
     assert facts["plugin_loaded"], "import verl did not load the mrgrpo.plugin entry point"

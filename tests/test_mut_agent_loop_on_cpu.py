@@ -298,7 +298,7 @@ def test_missing_setting_message_is_complete(tiny_tokenizer):
         make_loop(tiny_tokenizer, object(), cfg=cfg)
     assert exc.value.args[0] == (
         "PlanCodeAgentLoop: the trainer config has no mrgrpo.agent_loop.{rounds}; compose it from "
-        "mrgrpo_trainer.yaml (recipe/mrgrpo/config), whose mrgrpo.agent_loop section holds every setting's default"
+        "mrgrpo_trainer.yaml (mrgrpo/config), whose mrgrpo.agent_loop section holds every setting's default"
     )
 
 

@@ -83,7 +83,7 @@ def test_mrgrpo_keys_land_where_verl_reads_them(default_cfg, repo_root):
     # without agent_name)
     agent = cfg.actor_rollout_ref.rollout.agent
     path = resolve_config_path(agent.agent_loop_config_path)
-    assert Path(path) == repo_root / "recipe/mrgrpo/config/agent_loop.yaml"
+    assert Path(path) == repo_root / "mrgrpo/config/agent_loop.yaml"
     names = [e.name for e in OmegaConf.load(path)]
     assert names == ["plan_code"] and agent.default_agent_loop == "plan_code"
     # rollout

@@ -41,7 +41,7 @@ def test_dry_run_prints_the_launch_as_last_line(repo_root, tmp_path):
     assert proc.returncode == 0, proc.stderr
     argv = shlex.split(proc.stdout.strip().splitlines()[-1])
     assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
-    assert argv[argv.index("--config-path") + 1] == str(repo_root / "recipe/mrgrpo/config")
+    assert argv[argv.index("--config-path") + 1] == str(repo_root / "mrgrpo/config")
     assert argv[argv.index("--config-name") + 1] == "mrgrpo_trainer"
     for expected in (
         "actor_rollout_ref.model.path=Qwen/Qwen3-8B",
@@ -55,7 +55,7 @@ def test_dry_run_prints_the_launch_as_last_line(repo_root, tmp_path):
         "data.max_response_length=2048",
         "trainer.total_training_steps=5",
         "trainer.logger=[console]",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={repo_root}/recipe/mrgrpo/config/agent_loop.yaml",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={repo_root}/mrgrpo/config/agent_loop.yaml",
     ):
         assert expected in argv, expected
     assert argv[-1] == "trainer.val_before_train=False"  # "$@" is last
@@ -116,8 +116,16 @@ def test_help_prints_the_knobs(repo_root, tmp_path):
     for flag in ("--help", "-h"):
         proc = run_script(repo_root, tmp_path, flag)
         assert proc.returncode == 0, proc.stderr
-        for knob in ("MODEL=", "GPUS_PER_NODE=", "ROUNDS=", "STEPS=", "BATCH_SIZE=", "DATA_DIR=", "PYTHON=", "DRY_RUN"):
-            assert knob in proc.stdout, knob
+        rows = {line.split()[0]: line.split()[1] for line in proc.stdout.splitlines() if line.startswith("  ")
+                and len(line.split()) > 2 and line.split()[0].isupper()}
+        for knob, default in (("MODEL", "Qwen/Qwen3-0.6B"), ("ROUNDS", "2"), ("STEPS", "200"), ("SAVE_FREQ", "20"),
+                              ("TEST_FREQ", "10"), ("KEEP_CKPTS", "3"), ("RESUME", "auto"), ("LOGGER", "console"),
+                              ("TRAIN_FILE", "(empty)"), ("VAL_FILE", "(empty)"), ("DATA_DIR", "(empty)"),
+                              ("CKPT_DIR", "./checkpoints/PROJECT/EXPERIMENT"), ("PYTHON", "python3")):
+            assert rows.get(knob) == default, (knob, rows.get(knob))
+        for words in ("checkpoints:", "resume:", "W&B:", "mrgrpo eval --model CKPT_DIR/global_step_N"):
+            assert words in proc.stdout, words
+        assert "knob MODEL" not in proc.stdout and "${" not in proc.stdout  # words, not the script's source
         assert "no NVIDIA GPU" not in proc.stderr  # --help needs no GPU
 
 

@@ -202,7 +202,7 @@ def test_recipe_config_builds_it_through_verls_trainer(repo_root):
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    with initialize_config_dir(config_dir=str(repo_root / "recipe/mrgrpo/config"), version_base=None):
+    with initialize_config_dir(config_dir=str(repo_root / "mrgrpo/config"), version_base=None):
         cfg = compose("mrgrpo_trainer", overrides=["actor_rollout_ref.rollout.name=vllm",
                                                    "actor_rollout_ref.rollout.n=4"])
     OmegaConf.resolve(cfg)  # as TaskRunnerV1.run does

@@ -91,7 +91,7 @@ def test_config_delta_reports_what_the_yaml_sets(report, configs, repo_root):
     assert "data.adjust_sys_prompt" in delta["added"]
     assert "actor_rollout_ref.rollout.name" not in delta["changed"]  # set on both sides
     assert "data.apply_chat_template_kwargs" not in delta["removed"]  # verl's {} filled in by the recipe
-    raw = OmegaConf.to_container(OmegaConf.load(repo_root / "recipe/mrgrpo/config/mrgrpo_trainer.yaml"))
+    raw = OmegaConf.to_container(OmegaConf.load(repo_root / "mrgrpo/config/mrgrpo_trainer.yaml"))
     raw = upstream.flatten({k: v for k, v in raw.items() if k not in ("hydra", "defaults")})
     for key, value in raw.items():
         if configs.default.get(key, object()) == value:

@@ -413,7 +413,7 @@ def run_vllm(items: list[Item], rec: Recorder, opts: PlanOptions, progress: bool
     try:
         from vllm import LLM, SamplingParams
     except ImportError as e:
-        raise PlanError(f"--plans vllm needs the vllm package (pip install 'mrgrpo[vllm]'): {e}") from e
+        raise PlanError(f"--plans vllm needs the vllm package (pip install 'mrgrpo[gpu]'): {e}") from e
     llm = LLM(model=opts.model, **opts.vllm_kwargs)
     params = SamplingParams(temperature=opts.temperature, max_tokens=opts.max_tokens)
     chat_kwargs = {"chat_template_kwargs": dict(opts.extra_body)} if opts.extra_body else {}

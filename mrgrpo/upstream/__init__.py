@@ -30,8 +30,7 @@ from typing import Any, NamedTuple
 # Standard library only at module level: mrgrpo.plugin imports `pinned_verl` from here while verl/__init__ runs.
 
 PIN_FILE = "REQUIRED_VERL.txt"
-RECIPE_DIR = Path("recipe") / "mrgrpo" / "config"
-RECIPE_NAME = "mrgrpo_trainer"
+RECIPE_NAME = "mrgrpo_trainer"  # mrgrpo/config/mrgrpo_trainer.yaml, shipped in the package
 VERL_CONFIGS = "verl.trainer.config"
 VERL_DEFAULT = "ppo_trainer"
 # ppo_trainer leaves actor_rollout_ref.rollout.name at ??? and does not compose without it: both sides get it.
@@ -103,10 +102,18 @@ def _loop_yaml(cfg: Configs) -> list[str]:
     value = (cfg.recipe or {}).get(LOOP_KEY)
     if cfg.recipe is None or not value:
         return [] if cfg.recipe is None else [f"{LOOP_KEY} is not set in the recipe"]
-    roots = [Path.cwd(), repo_root(), cfg.recipe_yaml.parents[3] if cfg.recipe_yaml else None]
+    from mrgrpo.config import RESOLVER, config_file
+
+    resolver = re.fullmatch(r"\$\{" + RESOLVER + r":([^}]+)\}", str(value))
+    if resolver:  # ${mrgrpo_config:NAME}: a file shipped beside the recipe yaml
+        try:
+            value = config_file(resolver.group(1))
+        except FileNotFoundError as e:
+            return [str(e)]
+    roots = [Path.cwd(), cfg.recipe_yaml.parent if cfg.recipe_yaml else None]
     path = next((r / value for r in roots if r is not None and (r / value).is_file()), None)
     if path is None:
-        return [f"{value} is not a file (relative to the cwd or the checkout)"]
+        return [f"{value} is not a file (relative to the cwd or the recipe's directory)"]
     targets = [e.get("_target_") for e in OmegaConf.to_container(OmegaConf.load(path)) or [] if isinstance(e, dict)]
     return [] if LOOP.replace(":", ".") in targets else [f"{value}: no entry with _target_: {LOOP.replace(':', '.')}"]
 
@@ -155,7 +162,7 @@ POINTS: tuple[Point, ...] = (
     Point("verl.plugins", "mrgrpo.plugin (entry point)", verl=(Sym("verl"),), check=_plugin_loaded),
     Point(
         "hydra.searchpath",
-        f"{RECIPE_DIR / RECIPE_NAME}.yaml over pkg://{VERL_CONFIGS} {VERL_DEFAULT}",
+        f"pkg://mrgrpo.config {RECIPE_NAME}.yaml over pkg://{VERL_CONFIGS} {VERL_DEFAULT}",
         verl=(Sym("verl.trainer.main_ppo:main", "config"),),
         check=_composes,
     ),
@@ -258,7 +265,7 @@ def sym_report(sym: Sym) -> dict[str, Any]:
 def repo_root() -> Path | None:
     """The checkout mrgrpo runs from (editable install, the image's /opt/mrgrpo), else the cwd if it is one."""
     for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        if (root / PIN_FILE).is_file() or (root / RECIPE_DIR).is_dir():
+        if (root / PIN_FILE).is_file():
             return root
     return None
 
@@ -320,10 +327,13 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def recipe_dir() -> Path | None:
+    """``$MRGRPO_RECIPE_DIR`` when set, else the config shipped in the installed package (``mrgrpo.config``)."""
     env = os.getenv("MRGRPO_RECIPE_DIR")
-    candidates = [Path(env)] if env else []
-    candidates += [root / RECIPE_DIR for root in (Path.cwd(), repo_root()) if root is not None]
-    return next((c.resolve() for c in candidates if (c / f"{RECIPE_NAME}.yaml").is_file()), None)
+    if env:
+        return Path(env).resolve() if (Path(env) / f"{RECIPE_NAME}.yaml").is_file() else None
+    from mrgrpo.config import CONFIG_DIR
+
+    return CONFIG_DIR if (CONFIG_DIR / f"{RECIPE_NAME}.yaml").is_file() else None
 
 
 def compose(recipe: Path | None, overrides: tuple[str, ...] = ()) -> Configs:
@@ -464,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--recipe-dir", type=Path, help=f"directory with {RECIPE_NAME}.yaml (default: "
-                        f"$MRGRPO_RECIPE_DIR, ./{RECIPE_DIR}, or the checkout's)")
+                        "$MRGRPO_RECIPE_DIR, else the one shipped in the package)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a hydra override for the recipe side (repeatable), e.g. the run script's")
     parser.add_argument("--allow-version-mismatch", action="store_true",
