@@ -14,6 +14,10 @@ APPS+ (JSONL or a JSON array), one record per problem:
     `def NAME(args):` (call-based, Codewars) or `class Solution:` + `def NAME(self, ...)` (LeetCode);
   - `inputs` / `outputs`: stdio: lists of strings; call: argument lists, outputs wrapped as `[value]`,
     and top-level string values stored as quoted Python literals (`"\\"abc\\""` is the string `abc`).
+Call-mode outputs in either of APPS's conventions (`call_outputs`): wrapped throughout (`[[3], [12]]`, each the
+one-element list of its value) or not (`[3, 12]`, mixed with wrapped ones in data prepared elsewhere); in a set
+that is not wrapped throughout, an output `[x]` is ambiguous (`x` or the list `[x]`): its index goes to
+`Problem.ambiguous` and `mrgrpo.data.validate` lets the reference solution decide.
 Original APPS (JSONL or parquet): `question`, `solutions` (JSON list of strings), `starter_code`,
 `input_output` (JSON string `{"inputs", "outputs", "fn_name"?}`), `difficulty`, `problem_id`.
 """
@@ -50,6 +54,9 @@ class Problem:
     difficulty: str
     reference_solution: str | None  # runnable as is by the sandbox
     notes: tuple[str, ...] = field(default=())  # parse-time observations, e.g. "undecoded_literal"
+    # Call mode: indices of outputs stored as `[x]` in a test set not wrapped throughout (`call_outputs`): read as
+    # x here, but the list [x] is as likely. Empty once decided (validate) and for every other problem.
+    ambiguous: tuple[int, ...] = field(default=())
 
     def tests(self, float_tol: float | None = None) -> TestSet:
         """Every test of the problem (`mrgrpo.testset.TestSet`, the one codec for APPS test JSON)."""
@@ -135,7 +142,27 @@ def _normalise_difficulty(value: Any) -> str:
     return text if text in DIFFICULTIES else "unknown"
 
 
-def _tests(io_mode: str, raw_inputs: list, raw_outputs: list, notes: list[str]) -> tuple[list, list]:
+def call_outputs(raw_outputs: list, decode=lambda v: v) -> tuple[list, tuple[int, ...], bool]:
+    """Call-mode outputs in either APPS convention -> (values, ambiguous indices, wrapped throughout).
+
+    The rule (the same as `mrgrpo.testset`'s): a test set whose every output is a one-element list is WRAPPED, each
+    output `[v]` meaning `v` (so `[[1, 2]]` is the list `[1, 2]`); this is the APPS+ form and the one `mrgrpo data`
+    writes. Otherwise the set is UNWRAPPED (or mixed): an output that is not a one-element list is the value itself
+    (`3`, `[]`, `[1, 2]`), and an output `[x]` is ambiguous, `x` or the list `[x]` (APPS's checker accepts either):
+    read as `x` here, its index listed for the reference run to decide. `decode` applies to each value read.
+    """
+    wrapped = all(isinstance(o, list) and len(o) == 1 for o in raw_outputs)
+    values, ambiguous = [], []
+    for i, out in enumerate(raw_outputs):
+        if isinstance(out, list) and len(out) == 1:
+            out = out[0]
+            if not wrapped:
+                ambiguous.append(i)
+        values.append(decode(out))
+    return values, tuple(ambiguous), wrapped
+
+
+def _tests(io_mode: str, raw_inputs: list, raw_outputs: list, notes: list[str]) -> tuple[list, list, tuple]:
     if len(raw_inputs) != len(raw_outputs):
         raise ProblemFormatError(f"{len(raw_inputs)} inputs but {len(raw_outputs)} outputs")
     if not raw_inputs:
@@ -144,18 +171,16 @@ def _tests(io_mode: str, raw_inputs: list, raw_outputs: list, notes: list[str]) 
         for i, (x, y) in enumerate(zip(raw_inputs, raw_outputs, strict=True)):
             if not isinstance(x, str) or not isinstance(y, str):
                 raise ProblemFormatError(f"stdio test {i}: input and output must be strings")
-        return list(raw_inputs), list(raw_outputs)
-    inputs, outputs = [], []
-    for i, (args, out) in enumerate(zip(raw_inputs, raw_outputs, strict=True)):
+        return list(raw_inputs), list(raw_outputs), ()
+    inputs = []
+    for i, args in enumerate(raw_inputs):
         if not isinstance(args, list):
             raise ProblemFormatError(f"call test {i}: the input must be an argument list")
         inputs.append([_decode_literal(a, notes) for a in args])
-        if isinstance(out, list) and len(out) == 1:
-            out = out[0]
-        else:
-            notes.append("unwrapped_output")
-        outputs.append(_decode_literal(out, notes))
-    return inputs, outputs
+    outputs, ambiguous, wrapped = call_outputs(raw_outputs, lambda v: _decode_literal(v, notes))
+    if not wrapped:
+        notes.append("unwrapped_output")
+    return inputs, outputs, ambiguous
 
 
 def problem_from_apps_plus(record: dict, source_id: str) -> Problem:
@@ -168,8 +193,8 @@ def problem_from_apps_plus(record: dict, source_id: str) -> Problem:
             raise ProblemFormatError(f"`{key}` must be a string, got {type(record[key]).__name__}")
     io_mode, fn_name, class_name = _entry_point(record["starter_code"])
     notes: list[str] = []
-    inputs, outputs = _tests(io_mode, _as_list(record["inputs"], "inputs"), _as_list(record["outputs"], "outputs"),
-                             notes)
+    inputs, outputs, ambiguous = _tests(io_mode, _as_list(record["inputs"], "inputs"),
+                                        _as_list(record["outputs"], "outputs"), notes)
     solution = record.get("canonical_solution")
     reference = None
     if isinstance(solution, str) and solution.strip():
@@ -187,6 +212,7 @@ def problem_from_apps_plus(record: dict, source_id: str) -> Problem:
         difficulty=_normalise_difficulty(record.get("difficulty")),
         reference_solution=reference,
         notes=tuple(dict.fromkeys(notes)),
+        ambiguous=ambiguous,
     )
 
 
@@ -209,15 +235,18 @@ def problem_from_apps(record: dict, source_id: str) -> Problem:
     class_name = "Solution" if io_mode == "call" and _CLASS_SOLUTION_RE.search(starter) else None
     notes: list[str] = []
     raw_in, raw_out = io.get("inputs", []), io.get("outputs", [])
+    ambiguous: tuple[int, ...] = ()
     if io_mode == "call":  # APPS stores call arguments as real JSON values, never quoted literals
         if len(raw_in) != len(raw_out) or not raw_in:
             raise ProblemFormatError(f"{len(raw_in)} inputs but {len(raw_out)} outputs")
         inputs = [list(a) if isinstance(a, list) else [a] for a in raw_in]
-        outputs = [o[0] if isinstance(o, list) and len(o) == 1 else o for o in raw_out]
+        outputs, ambiguous, wrapped = call_outputs(raw_out)
+        if not wrapped:
+            notes.append("unwrapped_output")
     else:
         raw_in = ["\n".join(x) + "\n" if isinstance(x, list) else x for x in raw_in]
         raw_out = ["\n".join(x) + "\n" if isinstance(x, list) else x for x in raw_out]
-        inputs, outputs = _tests(io_mode, raw_in, raw_out, notes)
+        inputs, outputs, _ = _tests(io_mode, raw_in, raw_out, notes)
     solutions = record.get("solutions") or "[]"
     if isinstance(solutions, str):
         try:
@@ -238,6 +267,7 @@ def problem_from_apps(record: dict, source_id: str) -> Problem:
         difficulty=_normalise_difficulty(record.get("difficulty")),
         reference_solution=reference,
         notes=tuple(dict.fromkeys(notes)),
+        ambiguous=ambiguous,
     )
 
 

@@ -8,14 +8,27 @@ tests and in ``extra_info.public_tests`` for the public ones)::
 - standard input/output (no ``fn_name``): ``inputs[i]`` is the stdin text and ``outputs[i]`` the expected stdout
   text. A list of strings is accepted as lines (joined with ``"\\n"`` plus a final newline), as a few APPS
   records store them.
-- call mode (``fn_name`` set): ``inputs[i]`` is the argument list and ``outputs[i]`` the expected return value
-  WRAPPED as ``[value]`` (the APPS convention). The rule has no exception: an output that is not a one-element
-  list is an error, so ``[[1, 2]]`` always means the list ``[1, 2]``.
+- call mode (``fn_name`` set): ``inputs[i]`` is the argument list and ``outputs[i]`` the expected return value,
+  in either of APPS's conventions, told apart per test set (`mrgrpo.apps.call_outputs`):
+
+  * WRAPPED, when every output is a one-element list: ``[[3], [12]]``; ``outputs[i] = [v]`` means exactly ``v``, so
+    ``[[1, 2]]`` always means the list ``[1, 2]``. This is the form ``mrgrpo data`` writes, and the one
+    ``to_dict`` writes for plain values.
+  * UNWRAPPED (or mixed), when some output is not a one-element list: ``[3, 12]``, ``[3, [12]]``. An output that
+    is not a one-element list is the value itself, compared directly (``3``; ``[]``; ``[1, 2]``, which APPS's
+    checker would also pass for a result equal to its first element ``1``: under neither convention is that the
+    answer, so that reading is not taken). An output ``[x]`` in such a set is AMBIGUOUS: the value ``x`` or the
+    list ``[x]``, and a result equal to either passes, as in APPS's checker (decoded as
+    ``OneOf(x, [x])``; `mrgrpo.sandbox.compare.values_equal` passes a result equal to any reading).
+
+  So the one ambiguous case, ``[x]`` in a set that is not wrapped throughout, is judged leniently, and a set
+  wrapped throughout is judged exactly (a result ``[x]`` does not pass for ``[[x]]`` read as ``x``).
 - ``float_tol`` (optional, present only when validation found the reference's float answers need it): the
   tolerance for non-integer expected numbers. The same value judges the public tests (feedback) and the hidden
   tests (reward): it lives in the data, not in a run-time option.
 
-``TestSet`` holds the decoded form (call outputs unwrapped), which is what `mrgrpo.sandbox.Job` takes.
+``TestSet`` holds the decoded form (call outputs unwrapped; an ambiguous one as a ``OneOf``), which is what
+`mrgrpo.sandbox.Job` takes.
 
     >>> ts = TestSet.from_json('{"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"}')
     >>> ts.outputs, ts.fn_name
@@ -38,6 +51,27 @@ class TestSetError(ValueError):
     """A test JSON that does not follow the wire format; the message names the field and the place."""
 
     __test__ = False  # not a pytest test class
+
+
+class OneOf:
+    """An expected call-mode value with more than one reading, each plain JSON: a result equal to any of them passes.
+    Made by `TestSet.from_dict` for an output `[x]` in a test set not wrapped throughout: `OneOf(x, [x])`. Only ever
+    the whole expected value (never inside one)."""
+
+    __slots__ = ("options",)
+
+    def __init__(self, *options):
+        if len(options) < 2:
+            raise ValueError("OneOf needs at least two readings")
+        self.options = options
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, OneOf) and self.options == other.options
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return " or ".join(json.dumps(o, default=repr) for o in self.options)
 
 
 def _as_text(value: Any, what: str) -> str:
@@ -93,12 +127,11 @@ class TestSet:
             for i, args in enumerate(inputs):
                 if not isinstance(args, list):
                     raise TestSetError(f"{where}: call-mode input {i} is not an argument list: {str(args)[:100]!r}")
-            unwrapped = []
-            for i, out in enumerate(outputs):
-                if not (isinstance(out, list) and len(out) == 1):
-                    raise TestSetError(f"{where}: call-mode output {i} is not wrapped as [value]: {str(out)[:100]!r}")
-                unwrapped.append(out[0])
-            outputs = unwrapped
+            wrapped = all(isinstance(out, list) and len(out) == 1 for out in outputs)
+            if wrapped:
+                outputs = [out[0] for out in outputs]
+            else:  # unwrapped or mixed: `[x]` is x or [x] (see the module's docstring)
+                outputs = [OneOf(out[0], out) if isinstance(out, list) and len(out) == 1 else out for out in outputs]
         return cls(list(inputs), list(outputs), fn_name, data.get("float_tol"), where)
 
     @classmethod
@@ -114,7 +147,14 @@ class TestSet:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"inputs": list(self.inputs)}
         if self.fn_name:
-            out["outputs"] = [[o] for o in self.outputs]
+            if not any(isinstance(o, OneOf) for o in self.outputs):
+                out["outputs"] = [[o] for o in self.outputs]
+            elif all(isinstance(o, OneOf) for o in self.outputs):
+                # written back as `[x]` each, the set would read as wrapped throughout: exactly x, not x or [x]
+                raise TestSetError(f"{self.where}: only ambiguous call-mode outputs (x or [x]) cannot be written in "
+                                   "either convention without changing their meaning")
+            else:  # the unwrapped convention it was read in: ambiguous outputs as `[x]`, the rest as they are
+                out["outputs"] = [o.options[1] if isinstance(o, OneOf) else o for o in self.outputs]
             out["fn_name"] = self.fn_name
         else:
             out["outputs"] = list(self.outputs)

@@ -13,6 +13,7 @@ from mrgrpo.data import pipeline, store
 from mrgrpo.data.runner import RefOutcome
 from mrgrpo.data.validate import (
     ValidateOptions,
+    problem_from_dict,
     public_count,
     special_flags,
     undefined_preamble_names,
@@ -172,7 +173,7 @@ def test_force_runs_every_reference_again(tmp_path):
     pipeline.run_validate(out, None, ValidateOptions(), runner=FakeRunner())
     second = FakeRunner()
     assert pipeline.run_validate(out, None, ValidateOptions(), runner=second).skipped and second.jobs == []
-    forced = FakeRunner(lambda job: "WA" if job.fn_name == "how_many_bees" else "AC")
+    forced = FakeRunner(lambda job: "RE" if job.fn_name == "how_many_bees" else "AC")
     outcome = pipeline.run_validate(out, None, ValidateOptions(), runner=forced, force=True)
     assert not outcome.skipped and outcome.info["reference_runs"] == len(forced.jobs) == 150
     assert outcome.info["kept"] == 149  # the fresh verdict counts, not the cached AC
@@ -200,7 +201,7 @@ def test_only_a_wa_reference_with_float_outputs_is_retried_with_a_tolerance(tmp_
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     verdicts = {"1.5\n": "TLE", "2.5\n": "RE"}
-    runner = FakeRunner(lambda job: verdicts.get(job.outputs[0], "WA") if not job.float_tol else "AC")
+    runner = FakeRunner(lambda job: "AC" if job.float_tol else verdicts.get(str(job.outputs[0]), "WA"))
     res = validate(path, tmp_path / "out", ValidateOptions(), runner=runner)
     assert [j.outputs[0] for j in runner.jobs if j.float_tol] == ["0.5\n"]
     assert [p["statement"] for p in res.problems] == ["Float, WA."]
@@ -278,3 +279,84 @@ def test_reference_cache_holds_one_line_per_run_whether_or_not_the_runner_saves_
         lines = (out / "cache" / "reference_runs.jsonl").read_text().splitlines()
         keys = [json.loads(line)["key"] for line in lines]
         assert len(keys) == len(set(keys)) == res.reference_runs - (isinstance(runner, SavingFakeRunner))
+
+
+# ---- APPS's two call-mode conventions (issue 34, finding 9): prepare normalises to the wrapped form
+
+
+def _apps_call(pid, code, inputs, outputs, fn="f"):
+    io = {"inputs": inputs, "outputs": outputs, "fn_name": fn}
+    return {"question": f"Problem {pid}.", "input_output": json.dumps(io), "solutions": json.dumps([code]),
+            "difficulty": "introductory", "problem_id": pid, "starter_code": f"def {fn}(x):\n"}
+
+
+CONVENTIONS = [
+    # a function returning one-element lists, stored unwrapped: looks wrapped throughout; the reference decides
+    _apps_call("lists", "def f(x):\n    return [2 * x]", [[1], [2], [3]], [[2], [4], [6]]),
+    # mixed: 3 is 3; [12] is 12 or [12]: the reference returns 12
+    _apps_call("mixed", "def f(a, b):\n    return a + b", [[1, 2], [5, 7], [1, 1]], [3, [12], 2]),
+    # per test: [9] is the list, [2] the number
+    _apps_call("per_test", "def f(x):\n    return [x] if x > 5 else x", [[1], [9], [2]], [1, [9], [2]]),
+    # neither reading: the reference is wrong
+    _apps_call("neither", "def f(a, b):\n    return a + b + 100", [[1, 2], [5, 7]], [3, [12]]),
+    # unwrapped, nothing ambiguous
+    _apps_call("plain", "def f(x):\n    return [x, x]", [[1], [2]], [[1, 1], [2, 2]]),
+]
+
+
+def _conventions_file(tmp_path):
+    path = tmp_path / "apps.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in CONVENTIONS))
+    return path
+
+
+def test_prepare_normalises_both_call_conventions_to_the_wrapped_form(tmp_path):
+    """With the reference run (real sandbox), each call-mode problem ends in one form: its outputs as the reference
+    passes them (per test where the readings differ), written wrapped; only a problem whose reference passes
+    neither reading is quarantined, saying so. The ground truth then judges exactly: the reference is AC, the other
+    reading WA."""
+    from mrgrpo.reward import compute_score
+    from mrgrpo.testset import OneOf, TestSet
+
+    res = validate(_conventions_file(tmp_path), tmp_path / "out", ValidateOptions(public_tests=0))
+    kept = {p["source_id"]: p for p in res.problems}
+    assert sorted(kept) == ["lists", "mixed", "per_test", "plain"]
+    assert kept["lists"]["outputs"] == [[2], [4], [6]] and "output_read_as_list" in kept["lists"]["special"]
+    assert kept["mixed"]["outputs"] == [3, 12, 2] and "output_read_as_list" not in kept["mixed"]["special"]
+    assert kept["per_test"]["outputs"] == [1, [9], 2] and "output_read_as_list" in kept["per_test"]["special"]
+    assert kept["plain"]["outputs"] == [[1, 1], [2, 2]]
+    assert all("ambiguous" not in p for p in res.problems)
+    [bad] = res.quarantined
+    assert (bad["source_id"], bad["reason"]) == ("neither", "reference_failed")
+    assert "neither reading of its ambiguous outputs passes (call-mode outputs 1 are stored as [x]" in bad["detail"]
+    for row in res.problems:
+        truth = problem_from_dict(row).tests().to_json()
+        decoded = TestSet.from_json(truth)
+        assert all(isinstance(o, list) and len(o) == 1 for o in json.loads(truth)["outputs"])  # wrapped throughout
+        assert not any(isinstance(o, OneOf) for o in decoded.outputs) and decoded.outputs == row["outputs"]
+        assert compute_score("apps", "", truth, {"final_code": row["reference_solution"]})["verdict"] == "AC"
+    other = "def f(x):\n    return 2 * x"  # the number where the reference returns the one-element list
+    lists = problem_from_dict(kept["lists"]).tests().to_json()
+    assert compute_score("apps", "", lists, {"final_code": other})["verdict"] == "WA"
+
+
+def test_without_reference_runs_only_undecidable_call_outputs_are_quarantined(tmp_path):
+    """--no-run-reference: no reference decides, so a set with ambiguous outputs is quarantined with the reason
+    `ambiguous_call_output`; a set wrapped throughout (the rule decides: wrapped) and an unwrapped one without a
+    one-element list are kept."""
+    res = validate(_conventions_file(tmp_path), tmp_path / "out", ValidateOptions(run_reference=False))
+    assert sorted(p["source_id"] for p in res.problems) == ["lists", "plain"]
+    assert {q["source_id"]: q["reason"] for q in res.quarantined} == {
+        "mixed": "ambiguous_call_output", "per_test": "ambiguous_call_output", "neither": "ambiguous_call_output"}
+    detail = next(q["detail"] for q in res.quarantined if q["source_id"] == "per_test")
+    assert detail.startswith("call-mode outputs 1, 2 are stored as [x] in a test set that is not wrapped throughout")
+
+
+def test_a_wrong_reference_with_unknown_failing_tests_is_not_decided_per_test(tmp_path):
+    """A runner that does not report which tests failed (an older cache) decides by whole readings only."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(CONVENTIONS[2]) + "\n")
+    runner = FakeRunner(lambda job: "WA")
+    res = validate(path, tmp_path / "out", ValidateOptions(), runner=runner)
+    assert [q["reason"] for q in res.quarantined] == ["reference_failed"] and len(runner.jobs) == 2
+    assert runner.jobs[1].outputs == [1, [9], [2]]  # the list reading of the ambiguous tests 1 and 2

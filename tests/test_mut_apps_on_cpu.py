@@ -13,6 +13,7 @@ from mrgrpo.apps import (
     ProblemFormatError,
     RecordError,
     bundled_sample_path,
+    call_outputs,
     problem_from_apps,
     problem_from_apps_plus,
     problem_from_record,
@@ -122,6 +123,35 @@ def test_a_call_input_must_be_an_argument_list():
 def test_an_unwrapped_call_output_is_kept_and_noted():
     p = problem_from_apps_plus({**CALL, "inputs": [[1, 2], [2, 2]], "outputs": [3, [4, 5]]}, "f:1")
     assert p.outputs == [3, [4, 5]] and p.notes == ("unwrapped_output",)
+
+
+def test_a_call_set_wrapped_throughout_has_no_ambiguous_output():
+    p = problem_from_apps_plus({**CALL, "inputs": [[1, 2], [2, 2]], "outputs": [[3], [[4]]]}, "f:1")
+    assert (p.outputs, p.ambiguous, p.notes) == ([3, [4]], (), ())
+
+
+def test_in_an_unwrapped_call_set_a_one_element_list_is_ambiguous_and_read_as_its_element():
+    """`[x]` in a set not wrapped throughout is x or [x]: read as x (decoded), its index in `ambiguous`."""
+    p = problem_from_apps_plus({**CALL, "inputs": [[1], [2], [3], [4]], "outputs": [3, ["'ab'"], [5, 6], []]}, "f:1")
+    assert (p.outputs, p.ambiguous, p.notes) == ([3, "ab", [5, 6], []], (1,), ("unwrapped_output",))
+
+
+@pytest.mark.parametrize("outputs,values,ambiguous,notes", [
+    ([[5], [7]], [5, 7], (), ()),
+    ([3, [12]], [3, 12], (1,), ("unwrapped_output",)),
+    ([3, 12], [3, 12], (), ("unwrapped_output",)),
+])
+def test_original_apps_call_outputs_follow_the_same_rule(outputs, values, ambiguous, notes):
+    io = {"inputs": [[1], [2]], "outputs": outputs, "fn_name": "f"}
+    p = problem_from_apps({**APPS, "input_output": json.dumps(io)}, "f:1")
+    assert (p.outputs, p.ambiguous, p.notes) == (values, ambiguous, notes)
+
+
+def test_call_outputs_tells_the_conventions_apart():
+    assert call_outputs([[1], [[2]]]) == ([1, [2]], (), True)
+    assert call_outputs([[1], 2, [[3]], [4, 5]]) == ([1, 2, [3], [4, 5]], (0, 2), False)
+    assert call_outputs([]) == ([], (), True)
+    assert call_outputs(["'a'", ["'b'"]], lambda v: v.strip("'")) == (["a", "b"], (1,), False)
 
 
 def test_an_undecodable_literal_is_kept_as_text_and_noted_once():

@@ -5,6 +5,8 @@ One property per test (docs/testing.md). The comparison decides AC/WA, so every 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from mrgrpo.sandbox.compare import (
@@ -185,3 +187,22 @@ def test_json_size_counts_200_levels_and_stops_below():
     assert json_size(_nested(NINES, 201)) == 201 * 4
     assert json_size(_nested(NINES, 200, in_dict=True)) == 200 * 9 + NINES_BOUND
     assert json_size(_nested(NINES, 201, in_dict=True)) == 201 * 9
+
+
+# ---- an ambiguous call-mode output (mrgrpo.testset.OneOf): any reading passes
+
+
+def test_one_of_passes_a_result_equal_to_any_reading_and_nothing_else():
+    from mrgrpo.testset import OneOf
+
+    either = OneOf(12, [12])
+    assert values_equal(either, 12) and values_equal(either, [12]) and values_equal(either, 12.0)
+    assert not values_equal(either, [[12]]) and not values_equal(either, 13) and not values_equal(either, [12, 12])
+    assert values_equal(OneOf(0.5, [0.5]), [0.5000001], 1e-6) and not values_equal(OneOf(0.5, [0.5]), [0.5000001])
+
+
+def test_one_of_is_sized_by_its_longest_reading():
+    from mrgrpo.testset import OneOf
+
+    assert json_size(OneOf("abc", ["abc"])) == len('["abc"]')
+    assert not value_too_long(OneOf("x", ["x" * 3000]), json.dumps(["x" * 3000]))

@@ -69,6 +69,48 @@ def test_call_mode_with_apps_wrapped_outputs():
     assert compute_score("apps_plus", fenced(code), gt)["acc"] == 1.0
 
 
+# ---- APPS's other call-mode convention (issue 34, finding 9): outputs not wrapped, or mixed
+
+
+ADD = "def add(a, b):\n    return a + b"
+
+
+def test_call_mode_with_unwrapped_outputs_is_judged():
+    """`[3, 12]` (APPS's unwrapped convention) is judged like `[[3], [12]]`: the right function is AC, a wrong one
+    WA (was: engine raised TestSetError ... not wrapped as [value], acc -1)."""
+    gt = {"inputs": [[1, 2], [5, 7]], "outputs": [3, 12], "fn_name": "add"}
+    assert compute_score("apps", fenced(ADD), gt)["verdict"] == "AC"
+    assert compute_score("apps", fenced("def add(a, b):\n    return a * b"), gt)["verdict"] == "WA"
+
+
+def test_call_mode_with_unwrapped_list_outputs_compares_them_directly():
+    """An unwrapped list output of two or more elements is the list: its first element alone does not pass (APPS's
+    checker would pass it; under neither convention is it the answer)."""
+    gt = {"inputs": [[1], [2]], "outputs": [[1, 2], [2, 3]], "fn_name": "f"}
+    assert compute_score("apps", fenced("def f(x):\n    return [x, x + 1]"), gt)["verdict"] == "AC"
+    assert compute_score("apps", fenced("def f(x):\n    return x"), gt)["verdict"] == "WA"
+
+
+@pytest.mark.parametrize("code,verdict", [
+    ("def add(a, b):\n    return a + b", "AC"),  # 12 for [12]
+    ("def add(a, b):\n    return a + b if a < 5 else [a + b]", "AC"),  # the list [12] for [12]
+    ("def add(a, b):\n    return a + b if a < 5 else [[a + b]]", "WA"),
+    ("def add(a, b):\n    return [a + b]", "WA"),  # [3] for the unambiguous 3
+])
+def test_call_mode_ambiguous_one_element_list_in_a_mixed_set_passes_either_reading(code, verdict):
+    """In a set not wrapped throughout (`[3, [12]]`), `[12]` is 12 or the list [12], and either passes (as in
+    APPS's checker); `3` is exactly 3."""
+    gt = {"inputs": [[1, 2], [5, 7]], "outputs": [3, [12]], "fn_name": "add"}
+    assert compute_score("apps", fenced(code), gt)["verdict"] == verdict
+
+
+def test_call_mode_set_wrapped_throughout_is_exact():
+    """Every output a one-element list: wrapped, judged exactly: a result [3] for [[3]] is WA."""
+    gt = {"inputs": [[1, 2], [5, 7]], "outputs": [[3], [12]], "fn_name": "add"}
+    assert compute_score("apps", fenced(ADD), gt)["verdict"] == "AC"
+    assert compute_score("apps", fenced("def add(a, b):\n    return [a + b]"), gt)["verdict"] == "WA"
+
+
 def test_call_mode_class_solution_from_ground_truth():
     gt = {"inputs": [[[1, 2, 3]]], "outputs": [[6]], "fn_name": "total"}
     code = "class Solution:\n    def total(self, xs: List[int]) -> int:\n        return sum(xs)"

@@ -74,9 +74,16 @@ def test_call_outputs_that_are_one_element_lists_stay_lists():
     assert build_job(tests.to_json(), "def f(x): return [5]").outputs == [[5]]
 
 
-def test_unwrapped_call_output_is_an_error_naming_the_place():
-    with pytest.raises(TestSetError, match="ground_truth: call-mode output 0 is not wrapped"):
-        build_job({"inputs": [[1]], "outputs": [5], "fn_name": "f"}, "def f(x): return 5")
+def test_unwrapped_call_output_is_its_value():
+    # APPS's other convention (issue 34, finding 9; was: an error): a set with an output that is not a one-element
+    # list is unwrapped, each such output the value itself.
+    assert build_job({"inputs": [[1], [2]], "outputs": [5, [1, 2]], "fn_name": "f"}, "def f(x): return 5").outputs \
+        == [5, [1, 2]]
+
+
+def test_a_malformed_call_test_set_is_still_an_error_naming_the_place():
+    with pytest.raises(TestSetError, match="ground_truth: call-mode input 0 is not an argument list"):
+        build_job({"inputs": [1], "outputs": [5], "fn_name": "f"}, "def f(x): return 5")
 
 
 def test_reward_takes_the_tolerance_from_the_ground_truth():

@@ -29,6 +29,7 @@ class RefOutcome:
     total: int
     time_s: float
     detail: str  # short message: the first failing test's verdict and stderr tail, or the INFRA reason
+    failed: list[int] | None = None  # indices of the tests that did not pass (None: not reported)
 
 
 OnResult = Callable[[int, "RefOutcome"], None]
@@ -106,6 +107,7 @@ class SandboxRunner:
             total=int(r.total),
             time_s=float(r.time_s),
             detail="" if verdict == "AC" else _reference_failure(r),
+            failed=[int(t.index) for t in r.tests if str(getattr(t.verdict, "value", t.verdict)) != "AC"],
         )
 
     def run_many(

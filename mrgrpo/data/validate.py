@@ -141,12 +141,18 @@ def problem_hash(p: Problem) -> str:
     """Hash of everything about a problem that the pipeline uses (statement, interface, tests, reference)."""
     d = dataclasses.asdict(p)
     d.pop("notes", None)
+    if not d["ambiguous"]:  # (as before the field existed)
+        del d["ambiguous"]
     return store.stable_hash(d)
 
 
 def problem_to_dict(p: Problem) -> dict:
     d = dataclasses.asdict(p)
     d["notes"] = list(p.notes)
+    if p.ambiguous:
+        d["ambiguous"] = list(p.ambiguous)
+    else:
+        del d["ambiguous"]
     return d
 
 
@@ -154,6 +160,7 @@ def problem_from_dict(d: dict) -> Problem:
     names = {f.name for f in dataclasses.fields(Problem)}
     kw = {k: v for k, v in d.items() if k in names}
     kw["notes"] = tuple(kw.get("notes") or ())
+    kw["ambiguous"] = tuple(kw.get("ambiguous") or ())
     return Problem(**kw)
 
 
@@ -227,6 +234,58 @@ def run_references(
     return outcomes, len(todo)  # type: ignore[return-value]
 
 
+# ---------------------------------------------------------------- call-mode outputs: one form
+
+
+def _ambiguity(p: Problem) -> str:
+    shown = ", ".join(str(i) for i in p.ambiguous[:10]) + (", ..." if len(p.ambiguous) > 10 else "")
+    return (f"call-mode outputs {shown} are stored as [x] in a test set that is not wrapped throughout, so each "
+            "means x or the list [x]; no reference run decided which")
+
+
+def _list_reading_candidates(p: Problem) -> tuple[int, ...]:
+    """Tests whose expected value may be the list [v] rather than the v the reader took: the ambiguous ones, or
+    in a set wrapped throughout (data in the unwrapped convention whose every answer is a one-element list looks
+    wrapped) all of them."""
+    if p.io_mode != "call":
+        return ()
+    if "unwrapped_output" in p.notes:
+        return p.ambiguous
+    return tuple(range(len(p.outputs)))
+
+
+def _decide_call_outputs(kept: list, jobs: list[RefJob], outcomes: list, runner, cache, force: bool) -> int:
+    """Normalise call-mode outputs to one form, decided by the reference: a reference that is WA with the outputs as
+    read runs again with each candidate output `v` read as the list `[v]` (`_list_reading_candidates`); per test,
+    the reading it passes decides (tests run independently, so readings may differ between tests). A problem so
+    decided gets its outputs replaced (and the flag `output_read_as_list`); one that neither reading decides keeps
+    its WA (quarantined, `reference_failed`). Returns the runs done."""
+    todo = [i for i, o in enumerate(outcomes)
+            if o is not None and o.verdict == "WA" and _list_reading_candidates(kept[i][1])]
+    if not todo:
+        return 0
+    listed = []
+    for i in todo:
+        candidates = set(_list_reading_candidates(kept[i][1]))
+        outs = [[v] if k in candidates else v for k, v in enumerate(jobs[i].outputs)]
+        listed.append(dataclasses.replace(jobs[i], outputs=outs))
+    list_out, n = run_references(listed, runner, cache, progress=False, force=force)
+    for i, job, o in zip(todo, listed, list_out, strict=True):
+        where, p, flags = kept[i]
+        if o.verdict == "AC":
+            outputs, outcome = job.outputs, o
+        else:  # per test: the first reading where it failed, the list reading where it passed
+            first, second = outcomes[i].failed, o.failed
+            candidates = set(_list_reading_candidates(p))
+            if first is None or second is None or not set(first) <= candidates or set(first) & set(second):
+                continue
+            outputs = [job.outputs[k] if k in set(first) else v for k, v in enumerate(jobs[i].outputs)]
+            outcome = RefOutcome("AC", o.total, o.total, outcomes[i].time_s + o.time_s, "", [])
+        kept[i] = (where, dataclasses.replace(p, outputs=outputs, ambiguous=()), [*flags, "output_read_as_list"])
+        outcomes[i] = outcome
+    return n
+
+
 # ---------------------------------------------------------------- the stage
 
 
@@ -284,6 +343,9 @@ def validate(
             if options.run_reference:
                 quarantined.append(_quarantine_row(where, p.source_id, "no_reference", "no reference solution"))
                 continue
+        if p.ambiguous and not options.run_reference:
+            quarantined.append(_quarantine_row(where, p.source_id, "ambiguous_call_output", _ambiguity(p)))
+            continue
         kept.append((where, p, flags))
 
     outcomes: list[RefOutcome | None] = [None] * len(kept)
@@ -306,6 +368,7 @@ def validate(
                 if o.verdict == "AC":
                     outcomes[i] = o
                     kept[i][2].append("needs_float_tol")
+        n_runs += _decide_call_outputs(kept, jobs, outcomes, runner, cache, force)
 
     problems: list[dict] = []
     for (where, p, flags), outcome in zip(kept, outcomes, strict=True):
@@ -314,8 +377,11 @@ def validate(
             detail = f"{outcome.verdict}: passed {outcome.passed}/{outcome.total}" + (
                 f"; {outcome.detail}" if outcome.detail else ""
             )
+            if p.ambiguous and outcome.verdict == "WA":
+                detail += f"; neither reading of its ambiguous outputs passes ({_ambiguity(p)})"
             quarantined.append(_quarantine_row(where, p.source_id, reason, detail))
             continue
+        p = dataclasses.replace(p, ambiguous=())  # decided: the reference passed with these outputs
         if outcome is None and options.run_reference is False:
             flags = [*flags, "reference_not_run"]
         k = public_count(len(p.inputs), options.public_tests)
