@@ -587,6 +587,9 @@ class _Zygote:
         if self.allowed is not None:
             calls.append((os.sched_setaffinity, (0, self.allowed)))
         calls += [(os.dup2, (in_r, 0)), (os.dup2, (out_w, 1)), (os.dup2, (err_w, 2)), (os.dup2, (ctl_w, 3))]
+        if self.uid is not None:  # the zygote's pipes, reopened as /dev/stdin etc.: the test's uid must own them
+            calls += [(os.fchown, (0, self.uid, self.uid)), (os.fchown, (1, self.uid, self.uid)),
+                      (os.fchown, (2, self.uid, self.uid))]
         calls += before_rlimits
         calls += self.rlimits[1]
         if self.ruleset is None and self.landlock is not None:  # a ruleset of its own, for its own directory
