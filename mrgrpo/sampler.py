@@ -1,4 +1,9 @@
-"""``MrGRPOReplayBuffer``: verl 0.9.1's sync replay buffer plus mrGRPO's per-step dashboard and INFRA exclusion.
+"""``MrGRPOReplayBuffer``: verl 0.9.1's sync replay buffer plus mrGRPO's per-step dashboard and INFRA exclusion,
+for ``trainer.use_v1=true`` (TrainerV1, TransferQueue) only.
+
+It is the v1 trainer's hook of :mod:`mrgrpo.exclusion`; ``trainer.use_v1=false`` (RayPPOTrainer, and verl's
+``neo``, which has no TrainerV1) gets the same through ``mrgrpo.manager.MrGRPOAgentLoopManager``. Nothing else in
+mrGRPO needs this module: the estimators register through the ``verl.plugins`` entry point too.
 
 Selected with ``trainer.v1.sampler.custom_sampler.path=pkg://mrgrpo.sampler`` and ``.name=MrGRPOReplayBuffer``;
 verl builds it in the TaskRunner (``PPOTrainer._build_replay_buffer``) and calls ``sample()`` once per training
@@ -6,30 +11,30 @@ step (``_step_once``) and once per validation batch (``_validate``, whose return
 After verl's own sampling, for a training batch it:
 
 1. reads every sampled trajectory's ``extra_fields`` from TransferQueue (the agent loop's keys plus the reward
-   dict under ``reward_extra_info``, attached during rollout) and returns :func:`mrgrpo.metrics.batch_metrics`
-   in the metrics dict, which ``fit()`` merges into the step's logged metrics;
+   dict under ``reward_extra_info``, attached during rollout) and returns :func:`mrgrpo.exclusion.inspect_rows`'s
+   metrics in the metrics dict, which ``fit()`` merges into the step's logged metrics;
 2. for each trajectory that must get no gradient (sandbox INFRA on the hidden or public tests, or a trajectory
    that raised: :func:`mrgrpo.metrics.row_excluded`), writes an all-zero ``response_mask`` and ``loss_mask``
    back to TransferQueue, before any log-prob, advantage or actor step reads them. Such a row is then treated
    like one of verl's own padding rows: it adds nothing to the loss, its token count leaves the loss
-   normaliser, and the ``mrgrpo_grpo`` / ``mrgrpo_attempt`` estimators (:mod:`mrgrpo.advantage`, registered by
-   importing this module) leave it out of its group's baselines and std and give it advantage 0;
-3. with ``adv_estimator: mrgrpo_attempt``, also reads ``response_mask`` and logs ``mrgrpo/attempt_credit/...``:
-   whether each row's runs of 1 (the turns that estimator credits separately) are the agent loop's own turns,
-   and how many rows get a per-turn baseline (:func:`attempt_credit_metrics`). Nothing is written for it: the
-   estimator needs no channel beyond the mask and verl's own reward (docs/attempt_credit.md).
+   normaliser, and the ``mrgrpo_grpo`` / ``mrgrpo_attempt`` estimators (:mod:`mrgrpo.advantage`) leave it out of
+   its group's baselines and std and give it advantage 0;
+3. with ``adv_estimator: mrgrpo_attempt``, also reads ``response_mask`` and logs ``mrgrpo/attempt_credit/...``
+   (:func:`mrgrpo.exclusion.attempt_credit_metrics`).
 
 Options (``trainer.v1.sampler.sampler_kwargs``): ``rollout_n`` (the group size, to count trajectories missing
 from their group: ``mrgrpo/missing_total``; null leaves that metric out), ``zero_excluded_masks`` (default
 true) and ``adv_estimator`` (the run's ``algorithm.adv_estimator``, e.g. ``${algorithm.adv_estimator}``;
 default null: off; ``mrgrpo_attempt`` turns on step 3). What the custom sampler costs (verl stops passing DAPO /
 refill kwargs to a custom sampler): docs/metrics.md.
+
+verl's next release breaks this class (``neo``: no TrainerV1; PR #7415: ``sample()`` stops returning
+``KVBatchMeta``); ``mrgrpo upstream --verl-source`` reports it. Nothing but the v1 dashboard depends on it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +46,8 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
 import mrgrpo.advantage  # registers mrgrpo_grpo / mrgrpo_attempt in this process (the TaskRunner loads this module)
-from mrgrpo import metrics as mm
+from mrgrpo import exclusion
+from mrgrpo.exclusion import ATTEMPT_PREFIX, attempt_credit_metrics, expected_turns, mask_rows  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +55,6 @@ logger = logging.getLogger(__name__)
 # advantage broadcast) and loss_mask (the engines' global token count for the token-mean normaliser).
 MASK_FIELDS = ("response_mask", "loss_mask")
 OPTIONS = ("rollout_n", "zero_excluded_masks", "adv_estimator")
-ATTEMPT_PREFIX = f"{mm.METRIC_PREFIX}attempt_credit/"
 
 
 def split_key(key: str) -> tuple[str, str, int]:
@@ -71,39 +76,6 @@ def zeros_like_mask(mask: torch.Tensor) -> torch.Tensor:
         return torch.nested.as_nested_tensor([torch.zeros(int(n), dtype=mask.dtype) for n in lengths],
                                              layout=torch.jagged)
     return torch.zeros_like(mask)
-
-
-def mask_rows(mask: torch.Tensor) -> list[torch.Tensor]:
-    """One 1-D tensor per row of a jagged nested or dense mask."""
-    return list(mask.unbind()) if mask.is_nested else list(mask)
-
-
-def expected_turns(row: dict[str, Any]) -> int:
-    """Model turns PlanCodeAgentLoop made, from its extra_fields: the self-plan turn (when it produced a token)
-    plus one per code attempt. Each should be one run of 1s in the response mask."""
-    plan = 1 if row.get(mm.PLAN_SOURCE) == "self" and float(row.get(mm.PLAN_TOKENS, 0) or 0) > 0 else 0
-    return plan + int(row[mm.ATTEMPTS])
-
-
-def attempt_credit_metrics(uids: Sequence[str], rows: Sequence[dict[str, Any]], masks: Sequence[torch.Tensor],
-                           excluded: Sequence[bool], zeroed: Sequence[bool]) -> dict[str, float]:
-    """``mrgrpo/attempt_credit/...`` of one batch (for ``adv_estimator: mrgrpo_attempt``).
-
-    ``turn_mismatch_total``: trained rows whose number of runs of 1 in ``response_mask`` (the turns the estimator
-    credits separately) differs from the loop's own count (:func:`expected_turns`); 0 means the estimator's turn k
-    is the loop's turn k on every row. ``own_baseline_frac``: fraction of trained rows with a turn whose baseline
-    is not the group mean, i.e. rows whose advantages differ from ``mrgrpo_grpo``'s. ``excluded``: rows that get
-    no gradient (:func:`mrgrpo.metrics.row_excluded`); ``zeroed``: rows whose masks the sampler zeroes (the
-    estimator then sees no turn in them)."""
-    counts = [0 if z else int(mrgrpo.advantage.turn_counts(m.reshape(1, -1))[0]) for m, z in
-              zip(masks, zeroed, strict=True)]
-    trained = [i for i, ex in enumerate(excluded) if not ex]
-    mismatch = sum(counts[i] != expected_turns(rows[i]) for i in trained)
-    own = mrgrpo.advantage.rows_with_own_baseline(list(uids), counts)
-    out = {f"{ATTEMPT_PREFIX}turn_mismatch_total": float(mismatch)}
-    if trained:
-        out[f"{ATTEMPT_PREFIX}own_baseline_frac"] = sum(own[i] for i in trained) / len(trained)
-    return out
 
 
 def zero_masks(keys: Sequence[str], partition_id: str) -> None:
@@ -158,18 +130,10 @@ class MrGRPOReplayBuffer(ReplayBuffer):
         extra = _as_list(data["extra_fields"])
         if len(extra) != len(keys):
             raise RuntimeError(f"TransferQueue returned {len(extra)} extra_fields for {len(keys)} keys")
-        rows = [mm.flatten_row(e) for e in extra]
-        out = mm.batch_metrics(rows)
-        flags = [mm.row_excluded(r) for r in rows]
+        masks = mask_rows(data["response_mask"]) if self.attempt_credit else None
+        out, flags = exclusion.inspect_rows(extra, [uid for uid, _, _ in parsed], zero=self.zero_excluded_masks,
+                                            rollout_n=self.rollout_n, masks=masks)
         excluded = [k for k, flag in zip(keys, flags, strict=True) if flag]
-        if self.attempt_credit:  # masks as read, before zeroing; excluded rows count as no turns either way
-            zeroed = flags if self.zero_excluded_masks else [False] * len(flags)
-            out.update(attempt_credit_metrics([uid for uid, _, _ in parsed], rows, mask_rows(data["response_mask"]),
-                                              flags, zeroed))
         if self.zero_excluded_masks and excluded:
             zero_masks(excluded, batch.partition_id)
-        out[f"{mm.METRIC_PREFIX}masked_total"] = float(len(excluded)) if self.zero_excluded_masks else 0.0
-        if self.rollout_n is not None:
-            per_uid = Counter(uid for uid, _, _ in parsed)
-            out[f"{mm.METRIC_PREFIX}missing_total"] = float(sum(max(0, self.rollout_n - c) for c in per_uid.values()))
         return out
