@@ -9,8 +9,13 @@ described once, in docs/architecture.md ("The agent loop"). Reading this file:
   ``actor_rollout_ref.rollout.multi_turn``; their defaults live in the trainer yaml (``TRAINER_YAML``) only.
   ``mrgrpo/config/agent_loop.yaml`` names the class for verl's registry and nothing else.
 - the token stream is only appended to, through verl's Continuous Token helpers (`_generate`: model tokens,
-  mask 1; `_append_user` / `_close_turn`: injected tokens, mask 0); generated text is decoded to be read, never
-  encoded again.
+  mask 1; `_append_user`: injected tokens, mask 0); generated text is decoded to be read, never encoded again.
+- the budget edge: the response never exceeds ``response_length``. A generation gets at most the remaining budget;
+  an injected turn (user message, template boundary, next generation prompt) is appended only if
+  ``min_turn_tokens`` remain after it; the ``<|im_end|>`` that closes an assistant turn which did not end with it
+  (another end token such as ``<|endoftext|>``, or a plan cut at ``plan_max_tokens``) is the first token of the
+  NEXT injected turn and is budgeted with it (`_append_user`), never appended on its own. So no model token is
+  ever cut to make room, and a trajectory whose last turn used the budget up ends on that turn's own last token.
 - the sandbox is reached only through `_sandbox_module()` (tests swap it), public tests are decoded by
   `mrgrpo.testset`, and the feedback turn is worded by `mrgrpo.prompts.feedback_turn`.
 """
@@ -22,7 +27,6 @@ import importlib
 import logging
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -147,6 +151,7 @@ class Trajectory:
     last_text: str = ""  # decoded text of the latest generation
     last_complete: bool = True  # the latest generation ended with an end-of-turn token
     last_len: int = 0  # tokens in the latest generation
+    turn_open: bool = False  # the stream does not end with close_turn_id: an injected turn must close it first
     attempts: int = 0  # code turns generated
     attempt_code: str | None = None
     final_code: str = ""
@@ -198,6 +203,8 @@ class PlanCodeAgentLoop(AgentLoopBase):
         if self.plan_source not in PLAN_SOURCES:
             raise ValueError(f"PlanCodeAgentLoop: plan_source must be one of {PLAN_SOURCES}, got {self.plan_source!r}")
         self.response_length = int(self.rollout_config.response_length)
+        if self.response_length < 1:
+            raise ValueError(f"PlanCodeAgentLoop: rollout.response_length must be >= 1, got {self.response_length}")
         self.eos_ids = self._end_of_turn_ids()
         im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.close_turn_id = im_end if im_end in self.eos_ids else int(self.tokenizer.eos_token_id)
@@ -219,8 +226,10 @@ class PlanCodeAgentLoop(AgentLoopBase):
     # ------------------------------------------------------------------ run
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         """One trajectory. It always ends as a typed outcome: an exception inside it (a bad row, a failed
-        generation) is logged with its traceback and becomes ``stop_reason="error"`` with every response token
-        masked (no gradient; the reward marks it excluded), counted by the dashboard instead of being dropped."""
+        generation, a broken contract found by `_output`) is logged with its traceback and becomes
+        ``stop_reason="error"`` with every response token masked (no gradient; the reward and the dashboard count it
+        as excluded, ``mrgrpo.metrics.EXCLUDING_STOP_REASONS``) instead of being dropped or crashing the worker.
+        `_error_output` builds that outcome without raising."""
         global _consecutive_errors
         if "raw_prompt" not in kwargs:
             raise KeyError("PlanCodeAgentLoop needs the row's raw_prompt (data.return_raw_chat=True)")
@@ -275,7 +284,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
                 return self._stop(t, "budget")
             if self.plan_max_tokens is None or t.last_len < int(self.plan_max_tokens):
                 return self._stop(t, "truncated")  # the server stopped without an end-of-turn token
-            self._close_turn(t)  # the plan hit plan_max_tokens: end its turn and ask for the code anyway
+            # The plan hit plan_max_tokens: ask for the code anyway; ASK_CODE's injected turn closes the plan's.
         if self._out_of_budget(t):
             return self._stop(t, "budget")
         return State.ASK_CODE
@@ -388,10 +397,9 @@ class PlanCodeAgentLoop(AgentLoopBase):
         t.assistant_turns += 1
         t.last_complete = bool(token_ids) and token_ids[-1] in self.eos_ids
         t.last_len = len(token_ids)
-        if t.last_complete and token_ids[-1] != self.close_turn_id:
-            # Ended with another end token (e.g. <|endoftext|>): close the turn as the template does (mask 0),
-            # so the next injected turn follows a proper <|im_end|> boundary.
-            self._close_turn(t)
+        # Ended with another end token (e.g. <|endoftext|>) or none: the next injected turn, if one fits, starts
+        # with the template's <|im_end|> (`_append_user`); nothing is appended here, where no budget may be left.
+        t.turn_open = not (token_ids and token_ids[-1] == self.close_turn_id)
         # Keep <think>/</think> (special in some tokenizers); drop only the end-of-turn token.
         visible = token_ids[:-1] if t.last_complete else token_ids
         t.last_text = self.tokenizer.decode(visible, skip_special_tokens=False)
@@ -404,27 +412,30 @@ class PlanCodeAgentLoop(AgentLoopBase):
         elif extra.get("max_global_steps") is not None:
             t.gen_extra["max_global_steps"] = extra["max_global_steps"]
 
-    def _close_turn(self, t: Trajectory) -> None:
-        """End an assistant turn cut off at its token cap with the end-of-turn token, injected (mask 0, logprob
-        0.0): the model is not trained to emit it there, and the next injected turn renders as the template does."""
-        t.token_ids = [*t.token_ids, self.close_turn_id]
-        t.response_mask = [*t.response_mask, 0]
-        if t.response_logprobs is not None:
-            t.response_logprobs = [*t.response_logprobs, 0.0]
+    def _closed_stream(self, t: Trajectory) -> tuple[list[int], list[int], list[float] | None]:
+        """The stream, mask and logprobs with the open assistant turn closed (``t.turn_open``): one injected
+        end-of-turn token (mask 0, logprob 0.0; the model is not trained to emit it there), so the next injected
+        turn renders as the template does. A new list each time: ``t`` is not touched."""
+        if not t.turn_open:
+            return list(t.token_ids), list(t.response_mask), t.response_logprobs
+        logprobs = None if t.response_logprobs is None else [*t.response_logprobs, 0.0]
+        return [*t.token_ids, self.close_turn_id], [*t.response_mask, 0], logprobs
 
     async def _append_user(self, t: Trajectory, content: str) -> bool:
-        """Append an injected user turn (mask 0) if it leaves at least ``min_turn_tokens`` to generate."""
+        """Append an injected user turn (mask 0) if at least ``min_turn_tokens`` remain to generate after it. The
+        turn is everything injected before the next generation: the closing token of an open assistant turn, the
+        template's boundary, the user message and the generation prompt; all of it or none is appended."""
+        tokens, mask, logprobs = self._closed_stream(t)
         previous = list(t.messages)
         updated = previous + [{"role": "user", "content": content}]
-        merge, mask, logprobs = await self.ct_merge_context_msg(
-            previous, updated, t.token_ids, t.response_mask, t.response_logprobs
-        )
+        merge, mask, logprobs = await self.ct_merge_context_msg(previous, updated, tokens, mask, logprobs)
         if self.response_length - len(mask) < self.min_turn_tokens:
             return False
         t.messages = updated
         t.token_ids, t.response_mask = merge.token_ids, mask
         if t.response_logprobs is not None:
             t.response_logprobs = logprobs
+        t.turn_open = False
         t.user_turns += 1
         return True
 
@@ -454,28 +465,52 @@ class PlanCodeAgentLoop(AgentLoopBase):
                                      stderr=failing.stderr, detail=result.detail, **limits)
 
     async def _error_output(self, t: Trajectory, exc: Exception) -> AgentLoopOutput:
-        """The typed outcome of a trajectory that raised: what was generated stays, every response token is
-        masked (mask 0, logprob 0.0: no gradient), ``stop_reason="error"`` and ``error`` says what happened."""
-        t.error = f"{type(exc).__name__}: {exc}"[:500]
+        """The typed outcome of a trajectory that raised: what was generated stays, every response token is masked
+        (mask 0, logprob 0.0: no gradient), ``stop_reason="error"`` and ``error`` says what happened.
+
+        It never raises, whatever state ``t`` was left in (the exception may be `_output` finding a broken
+        contract): the response is cut to ``response_length`` (one injected end-of-turn token when empty, as verl
+        needs one), logprobs are zeros whenever the sampling asked for them (verl concatenates them across the
+        batch), and a prompt the template cannot render becomes the one end-of-turn token, with ``error`` saying
+        so."""
+        t.error = f"{type(exc).__name__}: {exc}"
         t.stop_reason = "error"
         while len(t.public_verdicts) < t.attempts:  # an attempt made but not tested when it failed
             self._record(t, "NOT_RUN")
-        if not t.prompt_len:  # it failed before the first prompt existed: render the row's prompt as given
-            t.token_ids = await self.ct_build_initial_tokens(t.messages)
-            t.prompt_len = len(t.token_ids)
-            t.response_mask, t.response_logprobs = [], None
-        n_resp = len(t.token_ids) - t.prompt_len
-        if n_resp != len(t.response_mask):
-            raise RuntimeError("PlanCodeAgentLoop: token accounting broke while handling an error") from exc
-        if n_resp == 0:  # verl needs a response: one injected end-of-turn token
-            t.token_ids.append(self.close_turn_id)
-            n_resp = 1
-        t.response_mask = [0] * n_resp
-        if t.response_logprobs is not None:
-            t.response_logprobs = [0.0] * n_resp
-        return self._output(t)
+        if t.prompt_len:
+            prompt_ids, response_ids = t.token_ids[: t.prompt_len], t.token_ids[t.prompt_len :]
+        else:  # it failed before the first prompt existed: render the row's prompt as given
+            prompt_ids, response_ids = await self._error_prompt(t), []
+        if len(response_ids) > self.response_length:
+            t.error += f" (response of {len(response_ids)} tokens cut to response_length {self.response_length})"
+            response_ids = response_ids[: self.response_length]
+        response_ids = response_ids or [self.close_turn_id]
+        t.error = t.error[:500]
+        n_resp = len(response_ids)
+        want_logprobs = t.response_logprobs is not None or bool(t.sampling_params.get("logprobs"))
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids,
+            response_mask=[0] * n_resp,
+            response_logprobs=[0.0] * n_resp if want_logprobs else None,
+            num_turns=1 + t.assistant_turns + t.user_turns,
+            metrics=self._metrics(t),
+            extra_fields=self._extra_fields(t, n_model=0, n_injected=n_resp),
+        )
+
+    async def _error_prompt(self, t: Trajectory) -> list[int]:
+        """The row's first prompt for an error outcome, or one end-of-turn token when the template cannot render
+        it (a malformed row); ``t.error`` then says so."""
+        try:
+            return await self.ct_build_initial_tokens(t.messages)
+        except Exception as exc:  # the outcome is already an error; the prompt is only kept to be read
+            logger.warning("mrgrpo: the failed trajectory's prompt cannot be rendered either: %r", exc)
+            t.error += f" (its prompt cannot be rendered: {type(exc).__name__}: {exc})"
+            return [self.close_turn_id]
 
     def _output(self, t: Trajectory) -> AgentLoopOutput:
+        """The finished trajectory as verl's output. It checks the loop's own contracts (budget, alignment, an
+        untouched prompt) and raises on a broken one: `run` turns that into the masked ``error`` outcome."""
         if not t.stop_reason:
             raise RuntimeError("PlanCodeAgentLoop finished without a stop reason")
         n_resp = len(t.response_mask)
@@ -487,13 +522,29 @@ class PlanCodeAgentLoop(AgentLoopBase):
         response_ids = t.token_ids[len(prompt_ids) :]
         if len(prompt_ids) != t.prompt_len:
             raise RuntimeError("the prompt changed during the rollout (Continuous Token merge trimmed the prompt)")
-        metrics = AgentLoopMetrics(
+        n_model = sum(t.response_mask)
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids,
+            response_mask=t.response_mask,
+            response_logprobs=t.response_logprobs,
+            num_turns=1 + t.assistant_turns + t.user_turns,
+            metrics=self._metrics(t),
+            extra_fields=self._extra_fields(t, n_model=n_model, n_injected=n_resp - n_model),
+        )
+
+    @staticmethod
+    def _metrics(t: Trajectory) -> AgentLoopMetrics:
+        return AgentLoopMetrics(
             generate_sequences=t.metrics.get("generate_sequences", 0.0),
             tool_calls=t.metrics.get("tool_calls", 0.0),
             num_preempted=int(t.metrics.get("num_preempted", -1)),
         )
+
+    @staticmethod
+    def _extra_fields(t: Trajectory, n_model: int, n_injected: int) -> dict[str, Any]:
+        """``EXTRA_FIELD_KEYS`` (the same keys for every outcome, errors included) over the server's fields."""
         extra_fields = dict(t.gen_extra)
-        n_model = sum(t.response_mask)
         extra_fields.update(
             {
                 "final_code": t.final_code,
@@ -505,7 +556,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
                 "stop_reason": t.stop_reason,
                 "error": t.error,
                 "model_tokens": n_model,
-                "injected_tokens": n_resp - n_model,
+                "injected_tokens": n_injected,
                 "plan_tokens": t.plan_tokens,
                 "sandbox_s": list(t.sandbox_s),
                 # upstream loops always write these two; keep the schema identical across loops
@@ -513,15 +564,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
                 "tool_rewards": [],
             }
         )
-        return AgentLoopOutput(
-            prompt_ids=prompt_ids,
-            response_ids=response_ids,
-            response_mask=t.response_mask,
-            response_logprobs=t.response_logprobs,
-            num_turns=1 + t.assistant_turns + t.user_turns,
-            metrics=metrics,
-            extra_fields=extra_fields,
-        )
+        return extra_fields
 
 
 def build_loop(cfg, server_manager, tokenizer, hf_model_type: str | None = "qwen3") -> PlanCodeAgentLoop:

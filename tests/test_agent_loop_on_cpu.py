@@ -708,18 +708,18 @@ def test_plan_cap_above_the_remaining_budget_asks_for_the_budget(tiny_tokenizer,
     assert out.response_mask == [1] * 40 and out.extra_fields["stop_reason"] == "budget"
 
 
-def test_plan_cap_leaving_too_little_budget_stops_after_closing_the_plan(tiny_tokenizer, sandbox):
-    """A plan cut at its cap is closed (one injected token); if fewer than min_turn_tokens remain the loop stops
-    with "budget" before asking for the code."""
+def test_plan_cap_leaving_too_little_budget_stops_before_closing_the_plan(tiny_tokenizer, sandbox):
+    """A plan cut at its cap is closed only by the code request's injected turn; if fewer than min_turn_tokens
+    remain the loop stops with "budget" before it, and the response ends with the plan's last token."""
     tok = tiny_tokenizer
     server = FakeServer(tok, [("cut", "Plan: " + "step " * 200), GOOD])
     cfg = make_config(response_length=50, plan_source="self", plan_max_tokens=30, min_turn_tokens=32)
     out = run(make_loop(tok, server, cfg=cfg), make_row())
     check_accounting(tok, out, server)
     assert server.calls[0]["params"]["max_tokens"] == 30
-    assert out.response_mask == [1] * 30 + [0] and out.response_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
+    assert out.response_mask == [1] * 30 and out.response_ids == server.outputs[0]
     ef = out.extra_fields
-    assert (ef["stop_reason"], ef["attempts"], ef["plan_tokens"], ef["injected_tokens"]) == ("budget", 0, 30, 1)
+    assert (ef["stop_reason"], ef["attempts"], ef["plan_tokens"], ef["injected_tokens"]) == ("budget", 0, 30, 0)
 
 
 def measure_turns(tok, script, **settings):

@@ -215,10 +215,11 @@ def check_accounting(tok, out, server, response_length, plan_source, plan_max_to
     for s, e in injected:
         text = tok.decode(resp[s:e], skip_special_tokens=False)
         assert text.endswith("<|im_end|>\n" + GEN), text
-        if tok.decode(resp[s - 1 : s], skip_special_tokens=False) == "<|im_end|>":  # the model ended its turn
+        before = tok.decode(resp[s - 1 : s], skip_special_tokens=False)
+        if before == "<|im_end|>":  # the model ended its turn
             assert text.startswith("\n<|im_start|>user\n"), text
-        else:  # a plan cut at plan_max_tokens: the loop closes the turn itself (mask 0)
-            assert plan_source == "self" and s == plan_max_tokens, (s, text)
+        else:  # a turn ended by <|endoftext|> or a plan cut at plan_max_tokens: the loop closes it (mask 0)
+            assert before == "<|endoftext|>" or (plan_source == "self" and s == plan_max_tokens), (s, text)
             assert text.startswith("<|im_end|>\n<|im_start|>user\n"), text
     assert out.num_turns == 1 + len(server.calls) + len(injected)
     assert len({c["request_id"] for c in server.calls}) == 1  # one request id per trajectory
@@ -230,7 +231,7 @@ def check_accounting(tok, out, server, response_length, plan_source, plan_max_to
     assert ef["attempts"] == len(server.calls) - (1 if plan_source == "self" else 0)
     last = server.calls[-1]["token_ids"]
     eos = tok.convert_tokens_to_ids("<|im_end|>")
-    if not last or last[-1] != eos:  # cut off (budget or cap): the trajectory ends there
+    if not last or last[-1] not in (eos, tok.convert_tokens_to_ids("<|endoftext|>")):  # cut off: it ends there
         assert ef["stop_reason"] in ("budget", "truncated")
     # verl's own padding of the output works.
     d = out.as_dict()
@@ -314,3 +315,44 @@ def test_guided_no_plan_rounds_exhausted_with_real_sandbox(engine):
         tok.decode(server.calls[-1]["token_ids"][:-1], skip_special_tokens=False)
     )
     assert len(server.calls) == 2 and out.num_turns == 4
+
+
+# ------------------------------------------------------------------ the budget edge (issue 33)
+class EdgeVllmServer(VllmServer):
+    """`VllmServer` whose calls in ``edge`` fill their token budget exactly and stop on ``<|endoftext|>`` (which
+    Qwen3's generation config stops on besides ``<|im_end|>``): a stop token held back by ``min_tokens`` until the
+    last position, then favoured by ``logit_bias``."""
+
+    def __init__(self, llm, eot: int, edge: set[int], guide=None, seed: int = 0):
+        super().__init__(llm, guide=guide, seed=seed)
+        self.eot, self.edge = eot, set(edge)
+
+    def _params(self, prompt_ids, sampling_params):
+        self._max_tokens = min(int(sampling_params["max_tokens"]), self.max_model_len - len(prompt_ids))
+        return super()._params(prompt_ids, sampling_params)
+
+    def extra_sampling(self, call_index, prompt_ids) -> dict:
+        extra = super().extra_sampling(call_index, prompt_ids)
+        if call_index in self.edge:
+            extra.update(stop_token_ids=[self.eot], min_tokens=self._max_tokens - 1, logit_bias={self.eot: 100.0})
+        return extra
+
+
+def test_turns_ending_on_endoftext_at_their_budget(engine):
+    """The plan fills its cap and the feedback retry fills the rest of the budget, each ending on <|endoftext|>:
+    the plan is closed by the loop inside the next turn's budget, the response ends exactly at response_length on
+    the model's own last token, and every token is accounted for."""
+    llm, tok = engine
+    eot = tok.convert_tokens_to_ids("<|endoftext|>")
+    response_length, plan_cap = 256, 16
+    server = EdgeVllmServer(llm, eot, edge={0, 2}, guide=[None, WRONG_RX], seed=30)
+    loop = make_loop(tok, server, response_length, plan_source="self", rounds=1, plan_max_tokens=plan_cap)
+    out, seconds = run(loop, make_row())
+    report("edge self rounds=1", tok, out, server, seconds)
+    check_accounting(tok, out, server, response_length, "self", plan_cap)
+    plan, _, retry = server.calls
+    assert (len(plan["token_ids"]), plan["token_ids"][-1]) == (plan_cap, eot)
+    assert (len(retry["token_ids"]), retry["token_ids"][-1]) == (retry["max_tokens"], eot)
+    assert len(out.response_ids) == response_length and out.response_ids[-1] == eot and out.response_mask[-1] == 1
+    ef = out.extra_fields
+    assert (ef["stop_reason"], ef["attempts"], ef["error"]) == ("rounds", 2, "")

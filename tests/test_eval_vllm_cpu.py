@@ -165,3 +165,77 @@ def test_eval_end_to_end(tiny_model, tmp_path, monkeypatch):
     report = (out / "report.md").read_text()
     assert "![pass@k](passk.png)" in report and "| introductory |" in report
     assert (out / "passk.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------ short budgets (issue 33): the eval runs to the end
+class BudgetEdgeServer(engine_mod.AsyncVllmServer):
+    """`AsyncVllmServer` whose every turn fills its token budget exactly and stops on ``<|endoftext|>``, which Qwen3's
+    generation config stops on besides ``<|im_end|>``: ``<|endoftext|>`` is a stop token, held back by ``min_tokens``
+    until the last position and then favoured by ``logit_bias``. Before the fix the loop then injected an
+    ``<|im_end|>`` past the budget and ``mrgrpo eval`` died. ``turns``: (tokens, max_tokens, last token) per call."""
+
+    eot: int | None = None
+    turns: list[tuple[int, int, int | None]] = []
+
+    def _params(self, prompt_ids, sampling_params):
+        self._max_tokens = min(int(sampling_params["max_tokens"]), self.max_model_len - len(prompt_ids))
+        return super()._params(prompt_ids, sampling_params)
+
+    def extra_sampling(self, call_index, prompt_ids):
+        return {"stop_token_ids": [self.eot], "min_tokens": self._max_tokens - 1, "logit_bias": {self.eot: 100.0}}
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        out = await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
+        self.turns.append((len(out.token_ids), int(sampling_params["max_tokens"]),
+                           out.token_ids[-1] if out.token_ids else None))
+        return out
+
+
+def run_short_eval(tiny_model, tmp_path, monkeypatch, length: int, plan_source: str) -> tuple[int, object]:
+    data = tmp_path / "val.parquet"
+    data.write_bytes(parquet_bytes(rows()))
+    out = tmp_path / "eval"
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    rc = eval_main(["--model", str(tiny_model), "--data", str(data), "--out", str(out), "--n", "2", "--k", "1,2",
+                    "--plan-source", plan_source, "--rounds", "1", "--max-prompt-length", "1024",
+                    "--max-response-length", str(length), "--dtype", "bfloat16", "--gpu-memory-utilization", "0.2",
+                    "--enforce-eager", "--no-progress"])
+    return rc, out
+
+
+def assert_report_written(out, length: int) -> None:
+    assert {p.name for p in out.iterdir()} >= {"summary.json", "per_problem.csv", "report.md", "passk.png"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_samples"] == summary["num_judged"] == len(PROBLEMS) * 2 and summary["errors"] == 0
+    with open(out / "per_problem.csv", newline="") as f:
+        samples = list(csv.DictReader(f))
+    assert len(samples) == len(PROBLEMS) * 2
+    assert all(0 < int(s["model_tokens"]) <= length for s in samples)
+
+
+@pytest.mark.parametrize("length", [64, 128])
+def test_eval_with_a_short_response_length_runs_to_the_end(tiny_model, tmp_path, monkeypatch, length):
+    """Free sampling of the random model, a self plan and one feedback round in 64 / 128 response tokens."""
+    rc, out = run_short_eval(tiny_model, tmp_path, monkeypatch, length, "self")
+    assert rc == 0
+    assert_report_written(out, length)
+
+
+@pytest.mark.parametrize("length,plan_source", [(64, "self"), (128, "none")])
+def test_eval_whose_turns_end_on_endoftext_at_the_budget_runs_to_the_end(tiny_model, tmp_path, monkeypatch, length,
+                                                                         plan_source):
+    """Every first turn (the plan, or the code) fills the whole budget and ends on <|endoftext|>: the eval exits 0,
+    writes its report, and no trajectory is an error."""
+    from transformers import AutoTokenizer
+
+    BudgetEdgeServer.eot = AutoTokenizer.from_pretrained(str(tiny_model)).convert_tokens_to_ids("<|endoftext|>")
+    BudgetEdgeServer.turns = []
+    monkeypatch.setattr(engine_mod, "AsyncVllmServer", BudgetEdgeServer)
+    rc, out = run_short_eval(tiny_model, tmp_path, monkeypatch, length, plan_source)
+    assert rc == 0
+    assert BudgetEdgeServer.turns and all(
+        (n, last) == (max_tokens, BudgetEdgeServer.eot) for n, max_tokens, last in BudgetEdgeServer.turns)
+    assert (len(BudgetEdgeServer.turns), BudgetEdgeServer.turns[0][1]) == (len(PROBLEMS) * 2, length)
+    assert_report_written(out, length)
+    with open(out / "per_problem.csv", newline="") as f:
+        assert {s["stop_reason"] for s in csv.DictReader(f)} == {"budget"}

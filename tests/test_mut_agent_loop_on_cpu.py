@@ -142,14 +142,15 @@ def test_too_little_budget_after_a_failed_attempt_stops_before_feedback(tiny_tok
     assert out.response_mask == [1] * n_bad and len(server.calls) == 1
 
 
-def test_plan_cut_with_one_token_left_is_closed_then_stops(tiny_tokenizer, sandbox):
-    """A plan cut at its cap with one token of budget left is closed with the injected end token, then "budget"."""
+def test_plan_cut_with_one_token_left_stops_unclosed(tiny_tokenizer, sandbox):
+    """A plan cut at its cap with one token of budget left stops with "budget"; the closing end token belongs to
+    the code request that did not fit, so none is appended (the response ends with the plan's last token)."""
     tok = tiny_tokenizer
     server = FakeServer(tok, [("cut", "Plan: " + "step " * 100)])
     cfg = make_config(response_length=31, plan_source="self", plan_max_tokens=30)
     out = run(make_loop(tok, server, cfg=cfg), make_row())
     check_accounting(tok, out, server)
-    assert out.response_mask == [1] * 30 + [0] and out.extra_fields["stop_reason"] == "budget"
+    assert out.response_mask == [1] * 30 and out.extra_fields["stop_reason"] == "budget"
 
 
 def test_rounds_count_every_feedback_round(tiny_tokenizer, sandbox):
@@ -258,12 +259,14 @@ def test_an_attempt_the_sandbox_failed_on_is_not_run(tiny_tokenizer, monkeypatch
     )
 
 
-def test_broken_token_accounting_is_reported(tiny_tokenizer):
-    """An error outcome whose response does not match its mask raises instead of emitting a misaligned output."""
+def test_broken_token_accounting_still_gives_an_aligned_error_outcome(tiny_tokenizer):
+    """An error outcome whose stream does not match its mask (a broken contract) is built from the stream, every
+    token masked and aligned, instead of raising out of the worker (issue 33)."""
     loop = make_loop(tiny_tokenizer, FakeServer(tiny_tokenizer, []))
-    t = al.Trajectory("r", "none", {}, {}, token_ids=[1, 2, 3, 4], prompt_len=3, response_mask=[])
-    with pytest.raises(RuntimeError, match=r"^PlanCodeAgentLoop: token accounting broke while handling an error$"):
-        loop.loop.run_until_complete(loop._error_output(t, ValueError("x")))
+    t = al.Trajectory("r", "none", {}, {"logprobs": True}, token_ids=[1, 2, 3, 4], prompt_len=3, response_mask=[])
+    out = loop.loop.run_until_complete(loop._error_output(t, ValueError("x")))
+    assert (out.prompt_ids, out.response_ids, out.response_mask, out.response_logprobs) == ([1, 2, 3], [4], [0], [0.0])
+    assert (out.extra_fields["stop_reason"], out.extra_fields["error"]) == ("error", "ValueError: x")
 
 
 # ------------------------------------------------------------------ timing

@@ -27,16 +27,14 @@ import sys
 import time
 import traceback
 import typing
-from pathlib import Path
 from typing import Any
 
 from mrgrpo.code_extract import extract_code
+from mrgrpo.config import TRAINER_YAML  # the recipe trainer yaml, shipped in the package
 from mrgrpo.sandbox import ExecResult, Job, Limits, TestResult, Verdict
 from mrgrpo.sandbox.compare import parse_json_value, stdout_equal, values_equal
 from mrgrpo.sandbox.runner import _failure_detail
 from mrgrpo.sandbox.worker import _entry_point  # the real sandbox's rule: Solution().<fn> first, else <fn>
-
-TRAINER_YAML = Path(__file__).resolve().parents[2] / "recipe" / "mrgrpo" / "config" / "mrgrpo_trainer.yaml"
 
 # The tests' problem: read n, print n + 1; a right, a wrong (fails public test 0) and a crashing answer.
 STATEMENT = "Read n and print n + 1."
