@@ -3,11 +3,12 @@
 ``recipe/mrgrpo/run_qwen3_apps.sh`` calls ``python -m mrgrpo.preflight`` once, with the interpreter the run will
 use. It checks, in this order, and stops at the first problem with one line on stderr and exit 2:
 
-1. the GPU stack: torch, verl and the rollout engine (``vllm``, or ``sglang`` for ``ROLLOUT=sglang``) are
+1. the data: with plan source ``teacher``, every row of each parquet whose effective plan source is teacher
+   (its own ``extra_info.plan_source``, else the run's) has a plan;
+2. the GPU stack: torch, verl and the rollout engine (``vllm``, or ``sglang`` for ``ROLLOUT=sglang``) are
    installed, at the versions mrgrpo's ``gpu`` extra pins (read from mrgrpo's own package metadata, so the pins
-   live in ``pyproject.toml`` alone), and the engine imports; the line names the install command that fixes it;
-2. the data: with plan source ``teacher``, every row of each parquet whose effective plan source is teacher
-   (its own ``extra_info.plan_source``, else the run's) has a plan.
+   live in ``pyproject.toml`` alone; a checkout that is not installed is read from its ``pyproject.toml``), and the
+   engine imports; the line names the install command that fixes it.
 
 On success it prints one line of versions (``torch 2.11.0 | verl 0.9.1 | vllm 0.24.0``) to stdout.
 
@@ -52,8 +53,8 @@ def gpu_pins(requires: Sequence[str] | None = None) -> dict[str, str]:
     if requires is None:
         try:
             requires = metadata.requires("mrgrpo") or []
-        except metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed: no metadata to read
-            return {}
+        except metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed: its pyproject.toml
+            requires = checkout_requires(Path(__file__).resolve().parents[1] / "pyproject.toml")
     pins: dict[str, str] = {}
     for line in requires:
         spec, _, marker = line.partition(";")
@@ -63,6 +64,18 @@ def gpu_pins(requires: Sequence[str] | None = None) -> dict[str, str]:
         if m:
             pins[m.group(1).lower()] = m.group(2)
     return pins
+
+
+def checkout_requires(pyproject: Path) -> list[str]:
+    """The requirement lines of a checkout's pyproject.toml, with the ``gpu`` extra marked as metadata marks it;
+    [] when there is none (nothing to compare against)."""
+    if not pyproject.is_file():
+        return []
+    import tomllib  # Python 3.11+; the GPU images have 3.12
+
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    gpu = project.get("optional-dependencies", {}).get("gpu", [])
+    return list(project["dependencies"]) + [f'{r}; extra == "gpu"' for r in gpu]
 
 
 def base_version(version: str) -> str:
@@ -138,14 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-import", action="store_true", help="check versions only; do not import the engine")
     p.add_argument("--warn-only", action="store_true", help="print problems as warnings and exit 0")
     args = p.parse_args(argv)
-    problems = [stack_problem(args.rollout, gpu_pins())]
-    if not problems[0] and not args.no_import:
-        problems.append(import_problem(args.rollout))
-    try:
-        if args.plan_source == "teacher" or args.data:
-            problems.append(plans_problem(args.data, args.plan_source))
+    problems = []
+    try:  # the data first: it is the user's own, and checking it needs no GPU stack
+        problems.append(plans_problem(args.data, args.plan_source))
     except PreflightError as e:
         problems.append(str(e))
+    problems.append(stack_problem(args.rollout, gpu_pins()))
+    if not problems[-1] and not args.no_import:
+        problems.append(import_problem(args.rollout))
     problems = [m for m in problems if m]
     if problems and not args.warn_only:
         print(f"run_qwen3_apps.sh: {problems[0]}", file=sys.stderr)

@@ -9,11 +9,11 @@ import subprocess
 SCRIPT = "recipe/mrgrpo/run_qwen3_apps.sh"
 
 
-def run_script(repo_root, tmp_path, *args, **env):
+def run_script(repo_root, tmp_path, *args, timeout=120, **env):
     full_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no nvidia-smi on this PATH
     full_env.update(env)
     return subprocess.run(["bash", SCRIPT, *args], cwd=repo_root, env=full_env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=timeout)
 
 
 def test_no_gpu_stops_at_once_with_a_clear_message(repo_root, tmp_path):
@@ -163,3 +163,103 @@ def test_a_dry_run_only_warns_about_paths_of_another_machine(repo_root, tmp_path
     assert proc.returncode == 0
     assert "warning: DATA_DIR /data/elsewhere" in proc.stderr and "warning: python3 cannot import" in proc.stderr
     assert "data.train_files=/data/elsewhere/train.parquet" in shlex.split(proc.stdout.splitlines()[-1])
+
+
+# ---------------------------------------------------------------- the first GPU hour: defaults that keep the model,
+# checks before work
+
+
+def dry_argv(repo_root, tmp_path, *args, **env):
+    proc = run_script(repo_root, tmp_path, *args, DRY_RUN="1", **env)
+    assert proc.returncode == 0, proc.stderr
+    return shlex.split(proc.stdout.strip().splitlines()[-1]), proc
+
+
+def override(argv, key):
+    (value,) = [a.split("=", 1)[1] for a in argv if a.startswith(key + "=")]
+    return value
+
+
+def test_default_launch_saves_validates_and_resumes_into_an_absolute_run_directory(repo_root, tmp_path):
+    argv, proc = dry_argv(repo_root, tmp_path)
+    assert override(argv, "trainer.save_freq") == "20" and override(argv, "trainer.test_freq") == "10"
+    assert override(argv, "trainer.resume_mode") == "auto" and override(argv, "trainer.max_actor_ckpt_to_keep") == "3"
+    assert override(argv, "trainer.default_local_dir") == f"{repo_root}/checkpoints/mrgrpo/qwen3_apps_self_k2"
+    assert "# checkpoints: every 20 steps" in proc.stdout  # the dry run says where the model will land
+
+
+def test_checkpoint_knobs(repo_root, tmp_path):
+    argv, _ = dry_argv(repo_root, tmp_path, SAVE_FREQ="5", TEST_FREQ="-1", KEEP_CKPTS="0", CKPT_DIR="ck",
+                       RESUME="ck/global_step_5")
+    assert override(argv, "trainer.save_freq") == "5" and override(argv, "trainer.test_freq") == "-1"
+    assert override(argv, "trainer.max_actor_ckpt_to_keep") == "null"
+    assert override(argv, "trainer.default_local_dir") == f"{repo_root}/ck"
+    assert override(argv, "trainer.resume_mode") == "resume_path"
+    assert override(argv, "trainer.resume_from_path") == f"{repo_root}/ck/global_step_5"
+    for env in ({"SAVE_FREQ": "0"}, {"TEST_FREQ": "x"}, {"RESUME": "yes"}, {"EXPERIMENT": "a b"}):
+        proc = run_script(repo_root, tmp_path, DRY_RUN="1", **env)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (env, proc.stderr)
+
+
+def test_relative_paths_reach_verl_absolute(repo_root, tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    rel = os.path.relpath(data, repo_root)
+    argv, _ = dry_argv(repo_root, tmp_path, DATA_DIR=rel, MODEL="Qwen/Qwen3-1.7B")
+    assert override(argv, "data.train_files") == f"{data}/train.parquet"
+    model = tmp_path / "m"
+    model.mkdir()
+    argv, _ = dry_argv(repo_root, tmp_path, MODEL=os.path.relpath(model, repo_root))
+    assert override(argv, "actor_rollout_ref.model.path") == str(model)
+
+
+def test_a_model_that_is_neither_a_directory_nor_a_hub_id_is_refused(repo_root, tmp_path):
+    for model in ("qwen3-8b", "Qwen/Qwen3/8B", "Qwen Qwen3"):
+        proc = run_script(repo_root, tmp_path, DRY_RUN="1", MODEL=model)
+        assert proc.returncode == 2 and proc.stdout == "", model
+        (line,) = proc.stderr.strip().splitlines()
+        assert "neither a directory nor a hub id" in line, line
+
+
+def test_a_profile_never_turns_off_a_logger_the_user_named(repo_root, tmp_path):
+    _, proc = dry_argv(repo_root, tmp_path, PROFILE="tiny", LOGGER="console,wandb")
+    assert "WANDB_MODE" not in proc.stdout  # tiny no longer exports WANDB_MODE=disabled
+    _, proc = dry_argv(repo_root, tmp_path, LOGGER="console,wandb", WANDB_MODE="disabled")
+    assert "warning: LOGGER has wandb but WANDB_MODE=disabled" in proc.stderr
+
+
+def plan_less_data(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"source_id": f"p{i}", "plan": "", "plan_source": ""} for i in range(3)]
+    for name in ("train", "val"):
+        pq.write_table(pa.table({"extra_info": rows}), data / f"{name}.parquet")
+    return data
+
+
+def test_teacher_plans_are_checked_before_anything_starts(repo_root, tmp_path):
+    import sys
+
+    data = plan_less_data(tmp_path)
+    path = fake_bin(tmp_path)
+    # `import verl` takes seconds, or minutes on a busy login node: no verdict here depends on time
+    proc = run_script(repo_root, tmp_path, PATH=path, PYTHON=sys.executable, PLAN_SOURCE="teacher", DATA_DIR=str(data),
+                      MODEL="Qwen/Qwen3-0.6B", timeout=900)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "PLAN_SOURCE=teacher but 3 of 3 rows" in line and "mrgrpo data prepare --plans" in line
+
+
+def test_the_gpu_stack_is_checked_before_anything_starts(repo_root, tmp_path):
+    """The CPU test machine has torch's CPU build and no vLLM: a real launch stops with the install line."""
+    import sys
+
+    data = plan_less_data(tmp_path)
+    proc = run_script(repo_root, tmp_path, PATH=fake_bin(tmp_path), PYTHON=sys.executable, PLAN_SOURCE="none",
+                      DATA_DIR=str(data), MODEL="Qwen/Qwen3-0.6B", timeout=900)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("run_qwen3_apps.sh: ") and "pip install -e '.[gpu]'" in line, line

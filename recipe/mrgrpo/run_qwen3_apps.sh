@@ -122,7 +122,13 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # Paths of another machine are warnings in a dry run, fatal in a real one.
 need() { if [[ "$DRY_RUN" == 1 ]]; then echo "$ME: warning: $*" >&2; else die "$*"; fi; }
-abspath() { if [[ "$1" == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
+abspath() {  # an absolute path for $1 (normalised through the nearest existing directory)
+  local p=$1 parent
+  [[ "$p" == /* ]] || p="$PWD/$p"
+  if [[ -d "$p" ]]; then (cd "$p" && pwd); return; fi
+  parent=$(dirname "$p")
+  if [[ -d "$parent" ]]; then echo "$(cd "$parent" && pwd)/$(basename "$p")"; else echo "$p"; fi
+}
 # MODEL: a directory (made absolute: Ray workers do not share this cwd), else a hub id org/name.
 if [[ -d "$MODEL" ]]; then
   MODEL=$(cd "$MODEL" && pwd)
@@ -145,13 +151,14 @@ PY_HINT="activate the venv that has verl and mrgrpo (source .venv/bin/activate),
 PY_OK=0
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
   need "PYTHON=$PYTHON is not a command: $PY_HINT"
-elif ! PY_ERR=$("$PYTHON" -c 'import verl, mrgrpo' 2>&1); then
-  need "$PYTHON cannot import verl and mrgrpo ($(printf '%s' "$PY_ERR" | tail -n 1)): $PY_HINT"
+elif ! PY_OUT=$("$PYTHON" -c 'import verl, mrgrpo.config as c; print(c.CONFIG_DIR)' 2>&1); then
+  need "$PYTHON cannot import verl and mrgrpo ($(printf '%s' "$PY_OUT" | tail -n 1)): $PY_HINT"
 else
   PY_OK=1
 fi
-# The config ships in the package: take it from the interpreter's mrgrpo (the checkout's when not installed).
-CONFIG_DIR=$( ((PY_OK)) && "$PYTHON" -m mrgrpo.config 2>/dev/null || echo "$REPO_ROOT/mrgrpo/config")
+# The config ships in the package: the interpreter's mrgrpo's (the checkout's when not installed).
+CONFIG_DIR=$( ((PY_OK)) && printf '%s' "$PY_OUT" | tail -n 1 || true)
+[[ -f "$CONFIG_DIR/mrgrpo_trainer.yaml" ]] || CONFIG_DIR="$REPO_ROOT/mrgrpo/config"
 # W&B: a profile never turns off a logger the user asked for.
 if [[ ",$LOGGER," == *,wandb,* && "${WANDB_MODE:-}" == disabled ]]; then
   echo "$ME: warning: LOGGER has wandb but WANDB_MODE=disabled is set in your environment: nothing reaches W&B" >&2
@@ -214,6 +221,22 @@ if [[ "$PROFILE" == tiny || "$PROFILE" == synth ]]; then
   EXPORTED+=(VLLM_USE_FLASHINFER_SAMPLER HF_HUB_OFFLINE TRANSFORMERS_OFFLINE HF_DATASETS_OFFLINE)
 fi
 
+# Optional kernels: without flash-attn verl's remove-padding path cannot run, and without flashinfer vLLM's
+# flashinfer sampler cannot; say so and use what is there (sdpa, verl's fused log-prob kernels, vLLM's sampler).
+NO_FLASH_ATTN=0
+if ((PY_OK)) && [[ "$PROFILE" == default ]]; then
+  has() { "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)" 2>/dev/null; }
+  if ! has flash_attn; then
+    NO_FLASH_ATTN=1
+    echo "$ME: note: flash-attn is not installed: the actor uses sdpa attention with padding (slower; docs/install.md)" >&2
+  fi
+  if [[ "$ROLLOUT" == vllm ]] && ! has flashinfer && [[ -z "${VLLM_USE_FLASHINFER_SAMPLER:-}" ]]; then
+    echo "$ME: note: flashinfer is not installed: vLLM samples with its own sampler (VLLM_USE_FLASHINFER_SAMPLER=0)" >&2
+    export VLLM_USE_FLASHINFER_SAMPLER=0
+    EXPORTED+=(VLLM_USE_FLASHINFER_SAMPLER)
+  fi
+fi
+
 # ---- launch ------------------------------------------------------------------------------------
 ARGS=(
   "$PYTHON" -m verl.trainer.main_ppo
@@ -265,6 +288,14 @@ if [[ "$PROFILE" == tiny || "$PROFILE" == synth ]]; then
     actor_rollout_ref.actor.fsdp_config.use_torch_compile=False
     actor_rollout_ref.rollout.enforce_eager=True
     transfer_queue.backend.SimpleStorage.num_data_storage_units=2
+  )
+fi
+if ((NO_FLASH_ATTN)); then
+  ARGS+=(
+    actor_rollout_ref.model.use_remove_padding=False
+    +actor_rollout_ref.model.override_config.attn_implementation=sdpa
+    # log-probs in chunks (the fused kernels' torch backend) instead of verl's per-row loop without flash-attn
+    actor_rollout_ref.model.use_fused_kernels=True
   )
 fi
 if [[ "$PROFILE" == synth ]]; then
