@@ -344,7 +344,7 @@ def test_turns_ending_on_endoftext_at_their_budget(engine):
     the model's own last token, and every token is accounted for."""
     llm, tok = engine
     eot = tok.convert_tokens_to_ids("<|endoftext|>")
-    response_length, plan_cap = 256, 16
+    response_length, plan_cap = 384, 16  # room for the feedback turn (about 130 tokens) and min_turn_tokens
     server = EdgeVllmServer(llm, eot, edge={0, 2}, guide=[None, WRONG_RX], seed=30)
     loop = make_loop(tok, server, response_length, plan_source="self", rounds=1, plan_max_tokens=plan_cap)
     out, seconds = run(loop, make_row())
