@@ -51,6 +51,12 @@ STOP_REASONS = ("passed", "rounds", "budget", "truncated", "no_public_tests", "i
 # A trajectory that raised is kept as a typed `error` outcome (no gradient); this many in a row in one process
 # means the run itself is broken: the loop then raises.
 MAX_CONSECUTIVE_ERRORS = 32
+# verl's Continuous Token merge of appended non-assistant messages: ``ct_merge_context_msg`` in 0.9.1, renamed
+# ``ct_merge_non_assistant_msg`` (same parameters and result) on verl's main and neo (`mrgrpo upstream` checks both).
+CT_MERGE_NAMES = ("ct_merge_context_msg", "ct_merge_non_assistant_msg")
+CT_MERGE_USER = next((n for n in CT_MERGE_NAMES if hasattr(AgentLoopBase, n)), None)
+if CT_MERGE_USER is None:
+    raise ImportError(f"verl's AgentLoopBase has none of {CT_MERGE_NAMES}: run `mrgrpo upstream`")
 _consecutive_errors = 0
 
 
@@ -428,7 +434,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
         tokens, mask, logprobs = self._closed_stream(t)
         previous = list(t.messages)
         updated = previous + [{"role": "user", "content": content}]
-        merge, mask, logprobs = await self.ct_merge_context_msg(previous, updated, tokens, mask, logprobs)
+        merge, mask, logprobs = await getattr(self, CT_MERGE_USER)(previous, updated, tokens, mask, logprobs)
         if self.response_length - len(mask) < self.min_turn_tokens:
             return False
         t.messages = updated

@@ -217,9 +217,11 @@ def test_custom_sampler_must_be_a_replay_buffer(tmp_path, capsys):
                        "class Mine(ReplayBuffer):\n    pass\n")
     code, report, _ = run(capsys, "--override", f"trainer.v1.sampler.custom_sampler.path={sampler}",
                           "--override", "trainer.v1.sampler.custom_sampler.name=Mine")
-    assert code == 0, report["problems"]
     point = next(p for p in report["points"] if p["key"] == "trainer.v1.sampler.custom_sampler")
-    assert point["recipe"]["trainer.v1.sampler.custom_sampler.name"] == "Mine"
+    assert point["ok"] and point["recipe"]["trainer.v1.sampler.custom_sampler.name"] == "Mine"
+    # a foreign sampler is a valid verl sampler, but the v1 trainer then has no INFRA exclusion nor dashboard
+    assert code == 1 and report["problems"] == [p for p in report["problems"] if p.startswith("trainer.use_v1: ")]
+    assert "no INFRA exclusion" in report["problems"][0]
 
 
 def test_recipe_dir_without_recipe_is_a_usage_error(tmp_path, capsys):
