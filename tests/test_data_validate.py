@@ -141,6 +141,29 @@ def test_a_verdict_load_can_cause_is_never_cached_and_is_judged_again(tmp_path, 
     assert len(res.problems) == 150 and res.quarantined == []
 
 
+@pytest.mark.parametrize("verdict", ["TLE", "INFRA"])
+def test_a_stage_that_quarantined_a_load_verdict_is_not_up_to_date(tmp_path, verdict):
+    """`prepare` again after a TLE or INFRA reference: the validate stage is not skipped as up to date; it runs, judges
+    that reference again (one run, the rest from the cache) and keeps the problem; then it is up to date."""
+    out = tmp_path / "out"
+    first = FakeRunner(lambda job: verdict if job.fn_name == "how_many_bees" else "AC")
+    assert pipeline.run_validate(out, None, ValidateOptions(), runner=first).info["kept"] == 149
+    again = FakeRunner()
+    outcome = pipeline.run_validate(out, None, ValidateOptions(), runner=again)
+    assert not outcome.skipped and outcome.info["reference_runs"] == 1 and outcome.info["kept"] == 150
+    third = FakeRunner()
+    assert pipeline.run_validate(out, None, ValidateOptions(), runner=third).skipped and third.jobs == []
+
+
+def test_a_stage_that_quarantined_a_wrong_answer_stays_up_to_date(tmp_path):
+    """A WA (or RE) reference is a property of the data: the stage stays up to date and runs nothing."""
+    out = tmp_path / "out"
+    pipeline.run_validate(out, None, ValidateOptions(), runner=FakeRunner(
+        lambda job: "RE" if job.fn_name == "how_many_bees" else "AC"))
+    again = FakeRunner()
+    assert pipeline.run_validate(out, None, ValidateOptions(), runner=again).skipped and again.jobs == []
+
+
 def test_a_tle_in_an_older_cache_is_not_read_back(tmp_path):
     """A cache written before this rule may hold TLE lines: they are ignored (the job runs again), and a later
     line for the same job decides."""

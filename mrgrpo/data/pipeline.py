@@ -28,7 +28,7 @@ from mrgrpo.data.build import BuildOptions, build_rows, parquet_bytes
 from mrgrpo.data.plans import PlanOptions, generate_plans, make_client, usage_dict
 from mrgrpo.data.runner import ReferenceRunner
 from mrgrpo.data.store import DataError
-from mrgrpo.data.validate import ValidateOptions, problem_from_dict, validate
+from mrgrpo.data.validate import NOT_FINAL, ValidateOptions, problem_from_dict, validate
 
 PROBLEMS = "problems.jsonl"
 QUARANTINE = "quarantine.jsonl"
@@ -78,6 +78,18 @@ def count_reference_cache(out: Path) -> int:
     return len({r.get("key") for r in _cache_rows(out.joinpath(*REFERENCE_CACHE)) if isinstance(r, dict)})
 
 
+def _load_verdicts_quarantined(out: Path) -> bool:
+    """Whether the last validate quarantined a reference for a verdict load can cause (TLE, INFRA): the stage is then
+    not up to date, and runs again to judge those references (the rest come from the cache)."""
+    for row in _cache_rows(out / QUARANTINE):
+        if not isinstance(row, dict) or row.get("stage") != "validate":
+            continue
+        verdict = str(row.get("detail", "")).split(":", 1)[0]
+        if row.get("reason") == "sandbox_infra" or (row.get("reason") == "reference_failed" and verdict in NOT_FINAL):
+            return True
+    return False
+
+
 def run_validate(
     out: Path,
     input_path: str | Path | None,
@@ -99,7 +111,8 @@ def run_validate(
             f"{out} holds data prepared from another input ({before.get('input')}); this run reads {label}: "
             "use another --out, or add --force to replace that data"
         )
-    if not force and state.is_done("validate", fingerprint, [out / PROBLEMS, out / QUARANTINE]):
+    if (not force and state.is_done("validate", fingerprint, [out / PROBLEMS, out / QUARANTINE])
+            and not _load_verdicts_quarantined(out)):
         return StageOutcome("validate", True, time.perf_counter() - t0, state.data["validate"].get("info", {}))
     try:
         res = validate(path, out, opts, runner=runner, progress=progress, force=force)
