@@ -9,7 +9,8 @@ contract, so a plugin acts through import-time side effects. This one does two t
    (`mrgrpo.upstream.pinned_verl`; ``REQUIRED_VERL.txt`` holds the same pin, `mrgrpo upstream` checks both).
 2. It is the home of mrgrpo's entries in verl's own registries, because it is the one mrgrpo module that runs
    in every verl process. Today there is one: the ``mrgrpo_grpo`` advantage estimator, defined and registered on
-   import in `mrgrpo.advantage`, imported by `_register` (`mrgrpo.sampler` imports it again in the TaskRunner,
+   import in `mrgrpo.advantage`, imported by `_register` (`mrgrpo.exclusion`, behind both trainer hooks, imports it
+   again in the TaskRunner,
    where the estimator runs). A new registry entry goes the same way: a module that registers on import, imported
    in `_register`.
 
