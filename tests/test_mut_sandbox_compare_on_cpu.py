@@ -205,4 +205,5 @@ def test_one_of_is_sized_by_its_longest_reading():
     from mrgrpo.testset import OneOf
 
     assert json_size(OneOf("abc", ["abc"])) == len('["abc"]')
+    assert json_size(OneOf(NINES, [NINES])) == NINES_BOUND + 4  # past the int/str limit: the fallback's bound
     assert not value_too_long(OneOf("x", ["x" * 3000]), json.dumps(["x" * 3000]))

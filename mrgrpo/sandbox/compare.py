@@ -104,7 +104,7 @@ def json_size(value, depth: int = 0) -> int:
     """An upper bound of len(json.dumps(value)) that also works for ints past Python's int/str digit limit (of a
     `OneOf`: its longest reading)."""
     if isinstance(value, OneOf):
-        return max(json_size(v, depth) for v in value.options)
+        return max(json_size(v) for v in value.options)  # (only ever the whole expected value: depth 0)
     try:
         return len(json.dumps(value, default=str))
     except ValueError:  # an int of more than 4300 digits somewhere inside
