@@ -73,3 +73,18 @@ def test_memory_in_use_is_read_from_nvidia_smi(tmp_path, monkeypatch):
     assert engine.gpu_memory_in_use() == "GPU 0: 38.0 of 140.4 GiB; GPU 1: 1.0 of 140.4 GiB"
     fake.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
     assert engine.gpu_memory_in_use() is None
+
+
+def test_without_flashinfer_vllms_own_sampler_is_chosen_and_said(capsys):
+    from mrgrpo.eval.engine import flashinfer_sampler_setting
+
+    env: dict[str, str] = {}
+    flashinfer_sampler_setting(env, find_spec=lambda name: None)
+    assert env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    assert "flashinfer is not installed" in capsys.readouterr().err
+    env = {"VLLM_USE_FLASHINFER_SAMPLER": "1"}  # the user's choice stands
+    flashinfer_sampler_setting(env, find_spec=lambda name: None)
+    assert env == {"VLLM_USE_FLASHINFER_SAMPLER": "1"}
+    env = {}
+    flashinfer_sampler_setting(env, find_spec=lambda name: object())  # installed: nothing to do
+    assert env == {}

