@@ -13,15 +13,13 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-3}
 OUT=${OUT:-/tmp/gpu_trainers_check}
 PYTHON=${PYTHON:-python3}
-MANAGER=+actor_rollout_ref.rollout.agent.agent_loop_manager_class=mrgrpo.manager.MrGRPOAgentLoopManager
 mkdir -p "$OUT"
 
 "$PYTHON" -m mrgrpo.upstream --quiet
-"$PYTHON" -m mrgrpo.upstream --quiet --override trainer.use_v1=false --override "$MANAGER"
+"$PYTHON" -m mrgrpo.upstream --quiet --override trainer.use_v1=false  # the recipe sets the manager class
 
 run() {  # run <use_v1> <steps> <log>
   local v1=$1 steps=$2 log=$3 extra=(trainer.use_v1="$1")
-  [[ $v1 == false ]] && extra+=("$MANAGER")
   PROFILE=tiny STEPS="$steps" SAVE_FREQ=1 TEST_FREQ=-1 RESUME=auto EXPERIMENT="gpu_check_v1_$v1" \
     CKPT_DIR="$OUT/ckpt_v1_$v1" PYTHON="$PYTHON" \
     bash recipe/mrgrpo/run_qwen3_apps.sh "${extra[@]}" \
