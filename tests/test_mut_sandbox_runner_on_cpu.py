@@ -380,15 +380,26 @@ def starved(cpu=0.3, waited=14.0, sig=signal.SIGKILL, **kw):
     return reply(tle=True, exit=None, sig=sig, cpu=cpu, starved=waited, **kw)
 
 
-def test_a_starved_test_runs_again_with_a_longer_wall_cap(fake):
-    """A starved test is not TLE: it runs again (same slot, no restart) with the wall cap doubled, and the verdict
-    is the new run's."""
+def test_a_starved_test_runs_again_with_a_longer_wall_cap(fake, caplog):
+    """A starved test is not TLE: it runs again (same slot, no restart, same code id) with the wall cap doubled,
+    logging why, and the verdict is the new run's."""
     slot = fake([starved(), reply(out=b"1\n")])
-    result = runner.run(stdio())
+    with caplog.at_level("WARNING", logger="mrgrpo.sandbox"):
+        result = runner.run(stdio())
     assert (result.verdict, result.passed, slot.stops) == (Verdict.AC, 1, [])
     assert [req["limits"]["wall_cap_s"] for req, _ in slot.requests] == [16.0, 32.0]
     assert [timeout for _, timeout in slot.requests] == [36.0, 52.0]
     assert all(req["limits"]["wall_s"] == LIMITS.wall_s for req, _ in slot.requests)
+    assert slot.requests[0][0]["code_id"] == slot.requests[1][0]["code_id"] == slot.code_id
+    assert "code" in slot.requests[0][0] and "code" not in slot.requests[1][0]
+    assert caplog.messages == ["mrgrpo.sandbox: test 0 waited 14.0 s for a CPU (node overloaded); running it again "
+                               "with a wall cap of 32 s"]
+
+
+def test_a_starved_test_at_its_cpu_limit_is_run_again():
+    """At time_s exactly (not over it) a starved test is starved, as `_judge` calls CPU at the limit not TLE."""
+    assert runner._starved(stdio(), starved(cpu=2.0)) and not runner._starved(stdio(), starved(cpu=2.001))
+    assert not runner._starved(stdio(), reply(tle=True, cpu=0.1))
 
 
 def test_a_test_starved_in_every_attempt_is_infra_not_tle(fake):

@@ -92,10 +92,10 @@ def _ask_unstarved(slot: Slot, job: Job, code_id: int, index: int, limits: dict)
     return reply
 
 
-def _ask(slot: Slot, job: Job, code_id: int, index: int, limits: dict | None = None) -> dict:
-    """One test on `slot`; on a sandbox failure restart the slot and retry once, then report INFRA."""
+def _ask(slot: Slot, job: Job, code_id: int, index: int, limits: dict) -> dict:
+    """One test on `slot` with `limits` (`_limits_dict`, its wall cap set); on a sandbox failure restart the slot and
+    retry once, then report INFRA."""
     last = ""
-    limits = limits or _limits_dict(job)
     for attempt in range(2):
         try:
             reply = slot.request(_request(job, code_id, index, slot, limits), limits["wall_cap_s"] + _REPLY_GRACE_S)
