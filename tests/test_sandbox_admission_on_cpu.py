@@ -71,9 +71,11 @@ def test_admission_keeps_honest_cpu_bound_programs_within_the_wall_limit(tmp_pat
     assert verdicts == ["AC"] * 32
 
 
-def test_without_admission_the_same_workload_times_out(tmp_path):
+def test_without_admission_the_same_workload_is_never_a_wrong_tle(tmp_path):
+    """Oversubscribed without admission, honest programs wait for a CPU; the wall backstop gives that wait back
+    (docs/sandbox.md, "Load is not a verdict"), so none is called TLE: each is AC, or INFRA if starved past the cap."""
     verdicts = _workload(tmp_path, slots=0, processes=8, jobs=4, workers=4, burn_s=0.3, wall_s=2)
-    assert len(verdicts) == 32 and "TLE" in verdicts
+    assert len(verdicts) == 32 and set(verdicts) <= {"AC", "INFRA"}, verdicts
 
 
 @pytest.mark.slow
@@ -86,8 +88,8 @@ def test_eight_processes_sixteen_jobs_of_one_cpu_second(tmp_path, slots):
     assert len(verdicts) == 128
     if slots:
         assert verdicts == ["AC"] * 128
-    else:
-        assert "TLE" in verdicts
+    else:  # oversubscribed: waits are given back, never a wrong TLE
+        assert set(verdicts) <= {"AC", "INFRA"}, verdicts
 
 
 def test_a_killed_holder_releases_its_slot(tmp_path):
