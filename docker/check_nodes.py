@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 
-
 def driver_agent_loop_yaml() -> str:
     """The agent-loop yaml the run script passes to verl: the one shipped in the driver's installed mrgrpo."""
     try:

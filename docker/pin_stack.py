@@ -2,9 +2,10 @@
 
     python3 docker/pin_stack.py check --expect-extra pyproject.toml:gpu --constraints /tmp/stack.txt --pin verl=0.9.1
         Fail (exit 1) unless each package the ``gpu`` extra pins (``--expect-extra``; or ``--expect NAME=VERSION``)
-        is installed at that version (a local label such as +cu130 is ignored); then write a pip constraints file that freezes the base image's compiled stack
-        (torch, vllm, flash-attn, ... whichever are installed, at their exact installed versions) plus the
-        --pin lines, so installing mrgrpo and verl on top can never replace the image's torch or vLLM.
+        is installed at that version (a local label such as +cu130 is ignored); then write a pip constraints file
+        that freezes the base image's compiled stack (torch, vllm, flash-attn, ... whichever are installed, at
+        their exact installed versions) plus the --pin lines, so installing mrgrpo and verl on top can never
+        replace the image's torch or vLLM.
 
     python3 docker/pin_stack.py deps pyproject.toml --extra gpu
         Print [project].dependencies (and the extra's) one per line, for a cached dependency layer before the
