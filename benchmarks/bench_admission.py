@@ -4,7 +4,7 @@
 
 P processes (as verl's agent-loop and reward workers are) each judge J jobs of an honest program that burns
 `--burn` CPU-seconds, on their own pool of `--workers` slots (default: all CPUs, as a reward worker's pool sizes
-itself), limits time_s=4 and wall_s=`--wall`. Without admission P x workers programs share the cores and honest
+itself), limits time_s = wall_s = `--wall`. Without admission P x workers programs share the cores and honest
 programs hit the wall limit (TLE); with admission (MRGRPO_SANDBOX_SLOTS, default: the node's CPUs) at most that
 many run at once. Prints one table row per setting: verdicts, wall time, job throughput, p50/p99 job latency
 (including waiting for admission).
@@ -29,7 +29,7 @@ _WORKER = textwrap.dedent("""
     burn, jobs, workers, wall = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     code = ("import time\\nt = time.process_time()\\n"
             f"while time.process_time() - t < {burn}:\\n    pass\\nprint(input())\\n")
-    job = Job(code=code, inputs=["ok\\n"], outputs=["ok\\n"], limits=Limits(time_s=4, wall_s=wall))
+    job = Job(code=code, inputs=["ok\\n"], outputs=["ok\\n"], limits=Limits(time_s=wall, wall_s=wall))
     def one(_):
         start = time.perf_counter()
         r = run(job)

@@ -35,9 +35,10 @@ from verl.utils.profiler import simple_timer
 
 from mrgrpo import prompts
 from mrgrpo.code_extract import extract_code, strip_think
-from mrgrpo.config import TRAINER_YAML  # its mrgrpo.agent_loop section holds the default of every SETTINGS key
+from mrgrpo.config import TRAINER_YAML, recipe_settings  # noqa: F401  (its mrgrpo.agent_loop: every SETTINGS default)
 from mrgrpo.first_turn import PLAN_SOURCES, first_turn_messages, plan_source_of
 from mrgrpo.marker import mark_once
+from mrgrpo.sandbox.schema import Limits
 from mrgrpo.testset import TestSet
 
 logger = logging.getLogger(__name__)
@@ -58,17 +59,6 @@ CT_MERGE_USER = next((n for n in CT_MERGE_NAMES if hasattr(AgentLoopBase, n)), N
 if CT_MERGE_USER is None:
     raise ImportError(f"verl's AgentLoopBase has none of {CT_MERGE_NAMES}: run `mrgrpo upstream`")
 _consecutive_errors = 0
-
-
-def recipe_settings() -> dict[str, Any]:
-    """The ``mrgrpo.agent_loop`` section of the recipe's trainer yaml (``TRAINER_YAML``): the loop's defaults, for
-    callers that build a trainer config themselves (``mrgrpo eval``, ``mrgrpo.learn``)."""
-    from omegaconf import OmegaConf
-
-    if not TRAINER_YAML.is_file():
-        raise FileNotFoundError(f"{TRAINER_YAML} not found: the agent loop's settings live in its mrgrpo.agent_loop "
-                                "section (run from a checkout of mrgrpo)")
-    return dict(OmegaConf.to_container(OmegaConf.load(TRAINER_YAML).mrgrpo.agent_loop))
 
 
 class State(str, Enum):
@@ -198,10 +188,9 @@ class PlanCodeAgentLoop(AgentLoopBase):
         self.feedback_max_chars = int(section["feedback_max_chars"])
         self.feedback_stderr_chars = int(section["feedback_stderr_chars"])
         self.sandbox_concurrency = int(section["sandbox_concurrency"])
-        # Per-test limits of the public-test runs (null: mrgrpo.sandbox.Limits defaults; the reward has its own
-        # reward_kwargs time_s / wall_s for the hidden tests).
-        self.sandbox_limits = {k: float(section[f"sandbox_{k}"]) for k in ("time_s", "wall_s")
-                               if section[f"sandbox_{k}"] is not None}
+        # Per-test limits of the public-test runs (null: mrgrpo.sandbox.Limits defaults, a null wall its rule from the
+        # CPU limit; the reward has its own reward_kwargs time_s / wall_s for the hidden tests).
+        self.sandbox_limits = Limits.of(time_s=section["sandbox_time_s"], wall_s=section["sandbox_wall_s"])
         if self.min_turn_tokens < 1:
             raise ValueError(f"PlanCodeAgentLoop: min_turn_tokens must be >= 1, got {self.min_turn_tokens}")
         if self.rounds < 0:
@@ -447,8 +436,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
 
     async def _run_sandbox(self, t: Trajectory, tests: TestSet):
         sandbox = _sandbox_module()
-        job = tests.job(t.attempt_code, stop_on_first_failure=True,
-                        limits=sandbox.Limits(**self.sandbox_limits) if self.sandbox_limits else None)
+        job = tests.job(t.attempt_code, stop_on_first_failure=True, limits=self.sandbox_limits)
         timing: dict = {}
         with simple_timer("tool_calls", t.metrics), simple_timer("call", timing):
             async with sandbox_semaphore(self.sandbox_concurrency):

@@ -23,7 +23,7 @@ from typing import Any
 
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from mrgrpo.first_turn import MissingPlanError, first_turn_messages, plan_source_of
+from mrgrpo.first_turn import PLAN_SOURCES, MissingPlanError, first_turn_messages, plan_source_of
 from mrgrpo.marker import mark_once
 
 
@@ -85,8 +85,8 @@ class MrGRPODataset(RLHFDataset):
         self.adjust_sys_prompt = resolve_sys_prompt(config.get("adjust_sys_prompt", None))
         self.plan_source = config.get("plan_source", None)
         if self.plan_source is None:
-            raise ValueError("MrGRPODataset needs data.plan_source (self | teacher | none); the recipe yaml sets it to "
-                             "${mrgrpo.agent_loop.plan_source}")
+            raise ValueError(f"MrGRPODataset needs data.plan_source ({' | '.join(PLAN_SOURCES)}); the recipe yaml "
+                             "sets it to ${mrgrpo.agent_loop.plan_source}")
         plan_source_of({}, self.plan_source)  # validates the value
         mark_once(
             "dataset",

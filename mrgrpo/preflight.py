@@ -28,6 +28,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from mrgrpo.config import recipe_settings
+from mrgrpo.first_turn import PLAN_SOURCES
+
 ENGINES = ("vllm", "sglang")
 GPU_INSTALL = "pip install -e '.[gpu]' (from the mrgrpo checkout; README, Install)"
 SGLANG_INSTALL = "pip install sglang (see docs/install.md: SGLang is optional and not pinned by mrgrpo)"
@@ -146,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mrgrpo.preflight", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--rollout", choices=ENGINES, default="vllm", help="the rollout engine the run uses")
-    p.add_argument("--plan-source", default="self", help="the run's plan source")
+    p.add_argument("--plan-source", choices=PLAN_SOURCES, default=recipe_settings()["plan_source"],
+                   help="the run's plan source (default: the recipe's mrgrpo.agent_loop.plan_source)")
     p.add_argument("--data", type=Path, action="append", default=[], help="a parquet the run reads (repeatable)")
     p.add_argument("--no-import", action="store_true", help="check versions only; do not import the engine")
     p.add_argument("--warn-only", action="store_true", help="print problems as warnings and exit 0")

@@ -139,7 +139,7 @@ class _Call:
         else:
             self.length_term = length_term(int(model_tokens), int(opts["length_target_tokens"]))
         partial = bool(opts["partial_credit"])
-        limits = Limits(**{k: opts[k] for k in ("time_s", "wall_s", "memory_mb") if opts[k] is not None})
+        limits = Limits.of(time_s=opts["time_s"], wall_s=opts["wall_s"], memory_mb=opts["memory_mb"])
         self.job = build_job(ground_truth, self.code or "", all_tests=partial or bool(opts["all_tests"]),
                              limits=limits)
 
@@ -222,7 +222,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
             length_target_tokens (2048): ``length_term`` (`length_term`) is 1 up to this many of the model's own
                 tokens (``extra_info["model_tokens"]``, injected turns excluded) and falls linearly to 0 at twice
                 as many; a nonzero length_weight without ``model_tokens`` raises;
-            time_s / wall_s / memory_mb (None: `mrgrpo.sandbox.Limits` defaults);
+            time_s / wall_s / memory_mb (None: `mrgrpo.sandbox.Limits` defaults; a wall_s left out is its rule
+                from time_s, ``WALL_PER_CPU`` x time_s);
             infra_score (0.0): the score of an item the sandbox failed to judge (after one retry);
             max_consecutive_infra (32): that many INFRA results in a row raise `SandboxBroken`.
         Unknown keyword arguments raise TypeError (a misspelt weight must not be ignored silently).

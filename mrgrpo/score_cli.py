@@ -37,7 +37,7 @@ from mrgrpo.cli import (
     map_saving,
     number,
 )
-from mrgrpo.sandbox import ExecResult, Job, Limits, Verdict, run
+from mrgrpo.sandbox import WALL_PER_CPU, ExecResult, Job, Limits, Verdict, run
 
 EXAMPLES = """examples:
   mrgrpo score --input mrgrpo/assets/apps_plus_sample.jsonl --all-tests
@@ -56,6 +56,8 @@ def _parser():
     p.add_argument("--limit", type=number(int, 0), default=None, help="only the first N items (default: all)")
     p.add_argument("--time-s", type=number(float, 0, low_open=True), default=None,
                    help=f"CPU seconds per test (default: {Limits().time_s:g})")
+    p.add_argument("--wall-s", type=number(float, 0, low_open=True), default=None,
+                   help=f"wall seconds per test, at least --time-s (default: {WALL_PER_CPU:g} x --time-s)")
     p.add_argument("--memory-mb", type=number(int, 1), default=None,
                    help=f"memory per test (default: {Limits().memory_mb})")
     p.add_argument("--show", type=number(int, 0), default=20, help="list at most this many failing items")
@@ -64,13 +66,11 @@ def _parser():
 
 
 def _limits(args) -> Limits:
-    kw = {}
-    if args.time_s is not None:
-        kw["time_s"] = args.time_s
-        kw["wall_s"] = max(Limits().wall_s, 2 * args.time_s)
-    if args.memory_mb is not None:
-        kw["memory_mb"] = args.memory_mb
-    return Limits(**kw)
+    time_s = Limits.of(time_s=args.time_s).time_s
+    if args.wall_s is not None and args.wall_s < time_s:
+        raise UsageError(f"--wall-s {args.wall_s:g} is below --time-s {time_s:g}: the CPU limit could never be "
+                         f"reached (leave --wall-s out for {WALL_PER_CPU:g} x --time-s)")
+    return Limits.of(time_s=args.time_s, wall_s=args.wall_s, memory_mb=args.memory_mb)
 
 
 def _items_from_input(path: Path, args, limits: Limits) -> tuple[list[tuple[str, Job | None, str]], int]:

@@ -517,6 +517,17 @@ def test_public_test_limits_come_from_the_config(tiny_tokenizer, sandbox):
     assert sandbox.jobs[1].limits == Limits()
 
 
+def test_a_public_test_cpu_limit_alone_gets_the_sandboxs_wall_rule(tiny_tokenizer, sandbox):
+    tok = tiny_tokenizer
+    run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none", sandbox_time_s=10), make_row())
+    assert sandbox.jobs[0].limits == Limits(time_s=10, wall_s=20)
+
+
+def test_a_public_test_wall_below_its_cpu_limit_is_refused_when_the_loop_is_built(tiny_tokenizer, sandbox):
+    with pytest.raises(ValueError, match=r"^Limits\.wall_s \(2\) is below Limits\.time_s \(3\)"):
+        make_loop(tiny_tokenizer, FakeServer(tiny_tokenizer, [GOOD]), sandbox_time_s=3, sandbox_wall_s=2)
+
+
 # ------------------------------------------------------------------ issue 17: the fakes behave as the real things
 SYNTAX = "```python\nprint(int(input())\n```"
 HANG = "```python\nn = int(input())\nwhile n:\n    n += 1\n```"

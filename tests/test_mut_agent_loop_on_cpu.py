@@ -47,7 +47,9 @@ def sandbox(monkeypatch):
 def test_recipe_settings_names_the_missing_yaml(monkeypatch, tmp_path):
     """Without the trainer yaml, recipe_settings says where the settings live and how to get them."""
     missing = tmp_path / "nope.yaml"
-    monkeypatch.setattr(al, "TRAINER_YAML", missing)
+    import mrgrpo.config
+
+    monkeypatch.setattr(mrgrpo.config, "TRAINER_YAML", missing)
     with pytest.raises(FileNotFoundError) as exc:
         al.recipe_settings()
     assert str(exc.value) == (

@@ -29,7 +29,7 @@ _WORKER = textwrap.dedent("""
     burn, jobs, workers, wall = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     code = ("import time\\nt = time.process_time()\\n"
             f"while time.process_time() - t < {burn}:\\n    pass\\nprint(input())\\n")
-    job = Job(code=code, inputs=["ok\\n"], outputs=["ok\\n"], limits=Limits(time_s=4, wall_s=wall))
+    job = Job(code=code, inputs=["ok\\n"], outputs=["ok\\n"], limits=Limits(time_s=wall, wall_s=wall))
     print(json.dumps([r.verdict.value for r in run_batch([job] * jobs, workers=workers)]))
 """)
 
@@ -83,7 +83,7 @@ def test_without_admission_the_same_workload_is_never_a_wrong_tle(tmp_path):
                     "MRGRPO_TEST_FULL_ADMISSION=1 (benchmarks/bench_admission.py measures the same workload)")
 @pytest.mark.parametrize("slots", [2, 0])
 def test_eight_processes_sixteen_jobs_of_one_cpu_second(tmp_path, slots):
-    """8 processes x 16 jobs burning 1 CPU-second, time_s=4, wall_s=3 (2 slots: 125 s here, all AC)."""
+    """8 processes x 16 jobs burning 1 CPU-second, time_s=wall_s=3 (2 slots: 125 s here, all AC)."""
     verdicts = _workload(tmp_path, slots=slots, processes=8, jobs=16, workers=2, burn_s=1.0, wall_s=3)
     assert len(verdicts) == 128
     if slots:

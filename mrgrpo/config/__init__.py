@@ -34,6 +34,18 @@ def config_file(name: str) -> str:
     return str(path)
 
 
+def recipe_settings() -> dict:
+    """The ``mrgrpo.agent_loop`` section of ``TRAINER_YAML``: the one home of the loop's defaults (``rounds``,
+    ``plan_source``, ...), read by the loop and by every CLI that states one of them (``mrgrpo eval``, the learn
+    CLI), so none writes a default again. Light: no verl import."""
+    from omegaconf import OmegaConf
+
+    if not TRAINER_YAML.is_file():
+        raise FileNotFoundError(f"{TRAINER_YAML} not found: the agent loop's settings live in its mrgrpo.agent_loop "
+                                "section (run from a checkout of mrgrpo)")
+    return dict(OmegaConf.to_container(OmegaConf.load(TRAINER_YAML).mrgrpo.agent_loop))
+
+
 def _register_resolver() -> None:
     from omegaconf import OmegaConf
 
@@ -43,4 +55,5 @@ def _register_resolver() -> None:
 
 _register_resolver()
 
-__all__ = ["AGENT_LOOP_YAML", "CONFIG_DIR", "CONFIG_MODULE", "RESOLVER", "TRAINER_NAME", "TRAINER_YAML", "config_file"]
+__all__ = ["AGENT_LOOP_YAML", "CONFIG_DIR", "CONFIG_MODULE", "RESOLVER", "TRAINER_NAME", "TRAINER_YAML", "config_file",
+           "recipe_settings"]

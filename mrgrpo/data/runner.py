@@ -95,7 +95,7 @@ class SandboxRunner:
             stop_on_first_failure=False,
         )
         time_s = REFERENCE_TIME_S if job.time_s is None else job.time_s
-        kwargs["limits"] = sb.Limits(time_s=time_s, wall_s=max(time_s * 3, time_s + 2))
+        kwargs["limits"] = sb.Limits(time_s=time_s)  # the wall: the sandbox's one rule from the CPU limit
         return sb.Job(**kwargs)
 
     def _run_one(self, job: RefJob) -> RefOutcome:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from mrgrpo.cli import EXIT_FAILED, EXIT_USAGE, HelpFormatter, OneLineParser, UsageError, check_writable_dir, number
+from mrgrpo.config import recipe_settings
 from mrgrpo.eval.checks import (
     GPU_INSTALL,
     ModelSource,
@@ -33,6 +34,7 @@ from mrgrpo.eval.checks import (
 )
 from mrgrpo.eval.engine import EngineStartError
 from mrgrpo.eval.passk import parse_ks
+from mrgrpo.first_turn import PLAN_SOURCES
 
 EXIT_ENGINE = 3
 
@@ -66,11 +68,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory. Required, no default")
     p.add_argument("--n", type=number(int, 1), default=10, help="samples per problem")
     p.add_argument("--k", default="1,5,10", help="comma-separated k values, each <= n")
-    p.add_argument("--plan-source", choices=("none", "self", "teacher"), default="self",
+    recipe = recipe_settings()  # the loop's defaults: the trainer yaml's mrgrpo.agent_loop, their one home
+    p.add_argument("--plan-source", choices=PLAN_SOURCES, default=recipe["plan_source"],
                    help="who writes the plan: self (the policy), teacher (the row's extra_info.plan; the data needs "
-                   "plans) or none; a row's extra_info.plan_source overrides it")
+                   "plans) or none; a row's extra_info.plan_source overrides it (default: mrgrpo.agent_loop."
+                   f"plan_source of the recipe's trainer yaml, {recipe['plan_source']})")
     p.add_argument("--rounds", type=number(int, 0), default=None,
-                   help="feedback rounds K (default: mrgrpo.agent_loop.rounds of the recipe's trainer yaml, 2)")
+                   help="feedback rounds K (default: mrgrpo.agent_loop.rounds of the recipe's trainer yaml, "
+                   f"{recipe['rounds']})")
     p.add_argument("--temperature", type=number(float, 0), default=1.0, help="sampling temperature")
     p.add_argument("--top-p", type=number(float, 0, 1, low_open=True), default=1.0, help="nucleus sampling top_p")
     p.add_argument("--top-k", type=int, default=-1, help="top_k (-1: off)")
@@ -87,7 +92,8 @@ def parser() -> argparse.ArgumentParser:
                    help="agent-loop yaml (default: mrgrpo/config/agent_loop.yaml, shipped in the package)")
     p.add_argument("--reward-kwargs", default="{}",
                    help="JSON: the run's reward.custom_reward_function.reward_kwargs (sandbox limits, weights; acc "
-                   "does not depend on the weights)")
+                   "does not depend on the weights). Its time_s / wall_s are the per-test limits of the public tests "
+                   "(the loop's) as well as of the hidden tests (default: the sandbox's, wall from the CPU limit)")
     p.add_argument("--merged-dir", default=None,
                    help="where a verl checkpoint is merged to HF (default: OUT/merged_hf)")
     p.add_argument("--seed", type=int, default=0, help="vLLM engine seed (default: 0)")

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mrgrpo.code_extract import extract_code
-from mrgrpo.config import AGENT_LOOP_YAML
+from mrgrpo.config import AGENT_LOOP_YAML, recipe_settings
 from mrgrpo.data.build import AGENT_NAME
+from mrgrpo.first_turn import PLAN_SOURCES
 
 DEFAULT_AGENT_LOOP_YAML = AGENT_LOOP_YAML
 
@@ -42,7 +43,7 @@ class EvalSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    plan_source: str = "self"
+    plan_source: str | None = None  # None: the recipe trainer yaml's mrgrpo.agent_loop.plan_source
     rounds: int | None = None  # None: the recipe trainer yaml's mrgrpo.agent_loop.rounds
     max_prompt_length: int = 2048
     max_response_length: int = 4096
@@ -51,9 +52,14 @@ class EvalSettings:
     enable_thinking: bool = False
     logprobs: bool = False
     agent_loop_config: str | None = None  # the agent-loop yaml (names the class); None: the recipe's
-    reward_kwargs: dict = field(default_factory=dict)  # reward.custom_reward_function.reward_kwargs of the run
+    # reward.custom_reward_function.reward_kwargs of the run; its time_s / wall_s limit the public tests too
+    reward_kwargs: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        if self.plan_source is None:
+            object.__setattr__(self, "plan_source", recipe_settings()["plan_source"])
+        if self.plan_source not in PLAN_SOURCES:
+            raise ValueError(f"--plan-source must be one of {PLAN_SOURCES}, got {self.plan_source!r}")
         if self.n < 1:
             raise ValueError(f"--n must be >= 1, got {self.n}")
         if self.concurrency < 1:
@@ -85,10 +91,10 @@ class SampleRecord:
 
 def trainer_config(settings: EvalSettings):
     """The part of verl's trainer config that the loop and the dataset read, as the recipe sets it (the loop's
-    settings: the recipe trainer yaml's ``mrgrpo.agent_loop``, with this run's plan source and rounds)."""
+    settings: the recipe trainer yaml's ``mrgrpo.agent_loop``, with this run's plan source and rounds, and the
+    public tests' limits from ``reward_kwargs`` time_s / wall_s when given: one pair of limits for both kinds of
+    tests, as the recipe's profiles set them)."""
     from omegaconf import OmegaConf
-
-    from mrgrpo.agent_loop import recipe_settings
 
     chat_kwargs = {"enable_thinking": bool(settings.enable_thinking)}
     return OmegaConf.create(
@@ -116,7 +122,9 @@ def trainer_config(settings: EvalSettings):
                 "shuffle": False,
             },
             "mrgrpo": {"agent_loop": {**recipe_settings(), "plan_source": settings.plan_source,
-                                      **({} if settings.rounds is None else {"rounds": settings.rounds})}},
+                                      **({} if settings.rounds is None else {"rounds": settings.rounds}),
+                                      **{f"sandbox_{k}": settings.reward_kwargs[k] for k in ("time_s", "wall_s")
+                                         if settings.reward_kwargs.get(k) is not None}}},
         }
     )
 

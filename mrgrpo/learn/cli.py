@@ -144,6 +144,8 @@ def sft_command(out: Path, model: str, longest: int, has_val: bool) -> str:
 
 # ------------------------------------------------------------------ parser
 def build_parser() -> argparse.ArgumentParser:
+    from mrgrpo.learn.transcripts import TRANSCRIPT_PLAN_SOURCES
+
     p = argparse.ArgumentParser(prog="python -m mrgrpo.learn",
                                 description="Offline learnability kit: tokenizer, small random Qwen3, SFT transcripts.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -177,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="directory for sft_train.parquet [, sft_val.parquet], sft_report.json")
     s.add_argument("--kinds", default="plan_code,fix", help="comma list of: plan_code, fix")
     recipe = "(default: the recipe's mrgrpo.agent_loop.%s)"
-    s.add_argument("--plan-source", default=None, choices=["self", "none"],
+    s.add_argument("--plan-source", default=None, choices=TRANSCRIPT_PLAN_SOURCES,
                    help="the GRPO run's plan source (self: a plan turn first) " + recipe % "plan_source")
     s.add_argument("--rounds", type=int, default=None,
                    help="the GRPO run's feedback rounds (fix needs >= 1) " + recipe % "rounds")

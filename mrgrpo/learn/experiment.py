@@ -28,8 +28,10 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from mrgrpo.config import recipe_settings
 
 VAL_SOURCES = ("synth_seen", "synth_nodemo", "synth_unseen_template")
 
@@ -44,8 +46,8 @@ class ExperimentOptions:
     rl_demo_ratio: float = 1.0  # demonstrated rows in RL train per nodemo row (RL time goes where SFT cannot help)
     max_prompt_length: int = 768
     max_response_length: int = 1024
-    rounds: int = 2
-    plan_source: str = "self"
+    rounds: int = field(default_factory=lambda: recipe_settings()["rounds"])  # the recipe's, their one home
+    plan_source: str = field(default_factory=lambda: recipe_settings()["plan_source"])
     vocab_size: int = 6144
 
 

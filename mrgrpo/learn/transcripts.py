@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrgrpo.code_extract import extract_code
+from mrgrpo.first_turn import PLAN_SOURCES
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +143,9 @@ def replayed_sandbox(sandbox: ReplaySandbox):
 
 # ------------------------------------------------------------------ one transcript
 _LOOP_KEYS = ("plan_source", "rounds", "min_turn_tokens", "feedback_max_chars", "feedback_stderr_chars")
+# The plan sources transcripts are made for: the loop's table (`mrgrpo.first_turn.PLAN_SOURCES`) but teacher, whose
+# plan is in the prompt, so a transcript would train no plan turn and no plan-following of its own.
+TRANSCRIPT_PLAN_SOURCES = tuple(s for s in PLAN_SOURCES if s != "teacher")
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,7 @@ class LoopSettings:
     hf_model_type: str = "qwen3"
 
     def __post_init__(self):
-        from mrgrpo.agent_loop import recipe_settings
+        from mrgrpo.config import recipe_settings
 
         recipe = recipe_settings()
         for key in _LOOP_KEYS:
@@ -171,7 +175,7 @@ class LoopSettings:
         """The trainer config the loop reads: the recipe's ``mrgrpo.agent_loop`` section with these settings."""
         from omegaconf import OmegaConf
 
-        from mrgrpo.agent_loop import recipe_settings
+        from mrgrpo.config import recipe_settings
 
         ours = {key: getattr(self, key) for key in _LOOP_KEYS}
         return OmegaConf.create({

@@ -37,6 +37,7 @@ those files); CPU and memory bandwidth shared with the host (no cgroup CPU quota
 
 from .pool import shutdown
 from .runner import run, run_async, run_batch
-from .schema import ExecResult, Job, Limits, TestResult, Verdict
+from .schema import WALL_PER_CPU, ExecResult, Job, Limits, TestResult, Verdict
 
-__all__ = ["Verdict", "Limits", "Job", "TestResult", "ExecResult", "run", "run_async", "run_batch", "shutdown"]
+__all__ = ["Verdict", "Limits", "WALL_PER_CPU", "Job", "TestResult", "ExecResult", "run", "run_async", "run_batch",
+           "shutdown"]

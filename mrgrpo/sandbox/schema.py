@@ -26,21 +26,46 @@ class Verdict(str, Enum):
         return self.value
 
 
+# The one rule for a wall limit that is not given: this many times the CPU limit (the defaults: 4 CPU-s, 8 wall-s).
+# The wall limit must leave room for the CPU limit, or TLE by CPU could never happen.
+WALL_PER_CPU = 2.0
+
+
 @dataclass(frozen=True)
 class Limits:
-    """Per-test resource limits. Defaults follow common judges (4-6 s, 256 MiB-1 GiB); see docs/sandbox.md."""
+    """Per-test resource limits. Defaults follow common judges (4-6 s, 256 MiB-1 GiB); see docs/sandbox.md.
+
+    ``wall_s`` left out (None) is ``WALL_PER_CPU * time_s``; a ``wall_s`` below ``time_s`` is refused.
+
+        >>> Limits().wall_s, Limits(time_s=1).wall_s, Limits(time_s=1, wall_s=3).wall_s
+        (8.0, 2.0, 3)
+    """
 
     time_s: float = 4.0  # CPU seconds (user + system) of the test process; RLIMIT_CPU is rounded up to whole seconds
-    wall_s: float = 8.0  # wall-clock seconds before the whole test (its PID namespace) is killed
+    wall_s: float | None = None  # wall-clock seconds before the whole test (its PID namespace) is killed; None: rule
     memory_mb: int = 1024  # RLIMIT_DATA (heap, anonymous mappings, thread stacks); RLIMIT_AS is this + 1 GiB
     output_bytes: int = 32 << 20  # stdout (stdio mode) or the JSON return value (call mode); more is OLE
     file_bytes: int = 16 << 20  # RLIMIT_FSIZE: largest file the program may write in its temporary directory
     nproc: int = 32  # processes + threads the test may have at once (RLIMIT_NPROC of a per-slot uid/user ns)
 
     def __post_init__(self) -> None:
-        for name in ("time_s", "wall_s", "memory_mb", "output_bytes", "file_bytes", "nproc"):
+        if not self.time_s > 0:
+            raise ValueError(f"Limits.time_s must be > 0, got {self.time_s!r}")
+        if self.wall_s is None:
+            object.__setattr__(self, "wall_s", WALL_PER_CPU * float(self.time_s))
+        for name in ("wall_s", "memory_mb", "output_bytes", "file_bytes", "nproc"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.wall_s < self.time_s:
+            raise ValueError(f"Limits.wall_s ({self.wall_s!r}) is below Limits.time_s ({self.time_s!r}): the CPU limit "
+                             f"could never be reached; give wall_s >= time_s, or leave wall_s out for "
+                             f"{WALL_PER_CPU:g} x time_s")
+
+    @classmethod
+    def of(cls, **given) -> Limits:
+        """``Limits`` from optional settings (a key whose value is None takes its default, and a missing wall_s
+        the rule): the one way the loop, the reward, the CLI and the data build their limits."""
+        return cls(**{k: v for k, v in given.items() if v is not None})
 
 
 @dataclass(frozen=True)
