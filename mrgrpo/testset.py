@@ -46,32 +46,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrgrpo.sandbox.compare import OneOf  # the sandbox's comparison type; re-exported here, where it is made
+
 
 class TestSetError(ValueError):
     """A test JSON that does not follow the wire format; the message names the field and the place."""
 
     __test__ = False  # not a pytest test class
-
-
-class OneOf:
-    """An expected call-mode value with more than one reading, each plain JSON: a result equal to any of them passes.
-    Made by `TestSet.from_dict` for an output `[x]` in a test set not wrapped throughout: `OneOf(x, [x])`. Only ever
-    the whole expected value (never inside one)."""
-
-    __slots__ = ("options",)
-
-    def __init__(self, *options):
-        if len(options) < 2:
-            raise ValueError("OneOf needs at least two readings")
-        self.options = options
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, OneOf) and self.options == other.options
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return " or ".join(json.dumps(o, default=repr) for o in self.options)
 
 
 def _as_text(value: Any, what: str) -> str:
