@@ -1,7 +1,7 @@
 """Benchmark: mrgrpo's reward vs verl's default APPS scorer (`prime_code.compute_score`, continuous=True).
 
     .venv/bin/python benchmarks/bench_reward.py [--workers 2,16] [--problems N] [--repeat N]
-        [--max-program-cpu S] [--processes P] [--leaks 10000] [--skip-verl]
+        [--max-program-cpu S] [--processes P] [--leaks 10000] [--skip-verl] [--tasks]
 
 The batch: for each valid problem of the bundled APPS+ sample, its canonical solution (expected: pass) and wrong
 variants (expected: fail): an extra output line / a wrong return value, no output, a crash, a syntax error, and a
@@ -546,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-program-cpu", type=float, default=None,
                     help="drop problems whose canonical solution needs more CPU-seconds than this")
     ap.add_argument("--skip-verl", action="store_true")
+    ap.add_argument("--tasks", action="store_true",
+                    help="judge only the reference solutions (each a whole problem on all its tests) and print "
+                         "problems judged per second per vCPU, the unit other sandboxes publish")
     ap.add_argument("--overhead-tests", type=int, default=400,
                     help="serial trivial tests in the per-test table (more: less noise on a shared machine)")
     ap.add_argument("--overhead-rounds", type=int, default=3,
@@ -573,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     worker_counts = [int(w) for w in str(args.workers).split(",")]
 
     batch = build_batch(args.problems)
+    if args.tasks:
+        batch = [i for i in batch if i["kind"] == "canonical"]
     if args.max_program_cpu is not None:
         heavy = heavy_problems(batch, args.max_program_cpu, max(worker_counts))
         batch = [i for i in batch if i["id"] not in heavy]
@@ -629,6 +634,11 @@ def main(argv: list[str] | None = None) -> int:
         if len(pair) == 2:
             print(f"{workers} slots: CPU per submission verl / mrgrpo = {pair[1]['cpu'] / pair[0]['cpu']:.1f}x; "
                   f"submissions/s mrgrpo / verl = {pair[1]['wall'] / pair[0]['wall']:.1f}x")
+    if args.tasks:
+        print(f"\nwhole problems (reference solutions, every test) per second per vCPU ({os.cpu_count()} vCPUs):")
+        for s in stats:
+            print(f"- {s['name']}, {s['workers']} slots: {s['n'] / s['wall'] / os.cpu_count():.2f} tasks/s/vCPU "
+                  f"({s['n']} problems in {s['wall']:.1f} s, {s['tests'] / s['n']:.1f} tests each)")
     print("\nagreement with the expected pass/fail, by variant (first slot count):")
     first = [s for s in stats if s["workers"] == worker_counts[0]]
     print("| variant | " + " | ".join(s["name"] for s in first) + " |")

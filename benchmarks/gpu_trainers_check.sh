@@ -7,7 +7,10 @@
 #   - the injected INFRA rows are excluded: mrgrpo/infra/hidden_rate > 0 on some step and, on every step,
 #     mrgrpo/masked_total == mrgrpo/excluded_total (their masks were zeroed);
 #   - the resumed run starts after the last checkpoint (global_step_STEPS) and logs step STEPS+1.
-# usage: bash benchmarks/gpu_trainers_check.sh      (env: STEPS=3 OUT=/tmp/gpu_trainers_check PYTHON=python3)
+# usage: bash benchmarks/gpu_trainers_check.sh
+#   env: STEPS=3 OUT=/tmp/gpu_trainers_check PYTHON=python3; MODEL (default: the tiny profile's model; a directory with
+#   a larger model, e.g. benchmarks/random_qwen3.py --arch 0.6B, checks checkpoint and resume at that size);
+#   CLEAN=1 deletes each trainer's checkpoints once both of its runs are done (a 0.6B checkpoint is ~7 GB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-3}
@@ -29,8 +32,11 @@ run() {  # run <use_v1> <steps> <log>
 
 for v1 in true false; do
   rm -rf "$OUT/ckpt_v1_$v1"
-  run "$v1" "$STEPS" "$OUT/train_v1_$v1.log"
-  run "$v1" "$((STEPS + 1))" "$OUT/resume_v1_$v1.log"
+  # A launch that fails is reported by the check below (its steps are missing); the other trainer still runs.
+  run "$v1" "$STEPS" "$OUT/train_v1_$v1.log" || echo "use_v1=$v1: the training launch failed" >&2
+  run "$v1" "$((STEPS + 1))" "$OUT/resume_v1_$v1.log" || echo "use_v1=$v1: the resumed launch failed" >&2
+  du -sh "$OUT/ckpt_v1_$v1"/global_step_* 2>/dev/null | tee "$OUT/ckpt_sizes_v1_$v1.txt" || true
+  [[ "${CLEAN:-0}" != 1 ]] || rm -rf "$OUT/ckpt_v1_$v1"
 done
 
 "$PYTHON" - "$OUT" "$STEPS" <<'PY'
