@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.errors import UsageError  # raised by the commands and the library alike; here for the commands
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PENDING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 # name -> (module with `main(argv: list[str]) -> int`, one-line help)
@@ -36,10 +38,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 # ---------------------------------------------------------------- conventions shared by the commands
-
-
-class UsageError(Exception):
-    """A mistake in the command line or its surroundings, found before any work: exit 2, one line."""
 
 
 class Interrupted(Exception):

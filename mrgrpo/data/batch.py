@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mrgrpo.data import store
-from mrgrpo.data.plans import (
+from mrgrpo.data.planbase import (
     BatchPending,
     Item,
     PlanOptions,

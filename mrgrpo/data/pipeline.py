@@ -29,6 +29,7 @@ from mrgrpo.data.plans import PlanOptions, generate_plans, make_client, usage_di
 from mrgrpo.data.runner import ReferenceRunner
 from mrgrpo.data.store import DataError
 from mrgrpo.data.validate import NOT_FINAL, ValidateOptions, problem_from_dict, validate
+from mrgrpo.errors import UsageError
 
 PROBLEMS = "problems.jsonl"
 QUARANTINE = "quarantine.jsonl"
@@ -105,8 +106,6 @@ def run_validate(
     state = store.StageState(out)
     before = (state.data.get("validate") or {}).get("info") or {}
     if not force and before.get("input_sha256") not in (None, input_sha) and before.get("input") != label:
-        from mrgrpo.cli import UsageError
-
         raise UsageError(
             f"{out} holds data prepared from another input ({before.get('input')}); this run reads {label}: "
             "use another --out, or add --force to replace that data"

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mrgrpo.cli import UsageError
+from mrgrpo.errors import UsageError
 
 GPU_INSTALL = "pip install -e '.[gpu]'"
 VLLM_MISSING = (
