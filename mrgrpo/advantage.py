@@ -16,7 +16,7 @@ exactly as verl's ``grpo`` does, over its kept members only: score minus the gro
 (no baseline is left to compare it with, and its raw reward would be a biased advantage). Excluded rows get
 advantage 0. With no excluded real rows this equals verl's ``grpo``.
 
-``mrgrpo_attempt`` (:func:`compute_mrgrpo_attempt_advantage`; math, channel and verl lines in
+``mrgrpo_attempt`` (experimental, :func:`compute_mrgrpo_attempt_advantage`; math, channel and verl lines in
 docs/attempt_credit.md) reads the model turns from the same ``response_mask`` (its runs of 1: plan, attempt 1,
 attempt 2, ...; injected turns are 0) and gives turn k of a member the group-normalised final outcome minus a
 baseline over the siblings that also reached turn k. Exclusions and one-member groups follow the rule above;
@@ -195,6 +195,10 @@ def compute_mrgrpo_attempt_advantage(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attempt-aware GRPO: each model turn of a trajectory gets its own advantage (docs/attempt_credit.md).
+
+    EXPERIMENTAL: on the learnability task it did no better than GRPO (one seed, 40 steps from one SFT model:
+    docs/results/learning.md, "GRPO against `mrgrpo_attempt` from one SFT model"); ``mrgrpo_grpo`` stays the
+    recipe's estimator.
 
     Turns are the runs of 1 in ``response_mask`` (plan turn, attempt 1, attempt 2, ...; injected turns are 0).
     For a uid group with kept members K (rows with a mask-1 token), outcome R'_i = gamma^(turns_i - 1) * R_i
