@@ -16,14 +16,13 @@ described once, in docs/architecture.md ("The agent loop"). Reading this file:
   (another end token such as ``<|endoftext|>``, or a plan cut at ``plan_max_tokens``) is the first token of the
   NEXT injected turn and is budgeted with it (`_append_user`), never appended on its own. So no model token is
   ever cut to make room, and a trajectory whose last turn used the budget up ends on that turn's own last token.
-- the sandbox is reached only through `_sandbox_module()` (tests swap it), public tests are decoded by
-  `mrgrpo.testset`, and the feedback turn is worded by `mrgrpo.prompts.feedback_turn`.
+- the sandbox is reached only through the class attribute ``judge`` (a subclass or a test replaces it), public
+  tests are decoded by `mrgrpo.testset`, and the feedback turn is worded by `mrgrpo.prompts.feedback_turn`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from dataclasses import dataclass, field
 from enum import Enum
@@ -33,7 +32,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 from verl.utils.profiler import simple_timer
 
-from mrgrpo import prompts
+from mrgrpo import prompts, sandbox
 from mrgrpo.code_extract import extract_code, strip_think
 from mrgrpo.config import TRAINER_YAML, recipe_settings  # noqa: F401  (its mrgrpo.agent_loop: every SETTINGS default)
 from mrgrpo.first_turn import PLAN_SOURCES, first_turn_messages, plan_source_of
@@ -69,16 +68,6 @@ class State(str, Enum):
     TEST = "test"
     FEEDBACK = "feedback"
     DONE = "done"
-
-
-# --------------------------------------------------------------------------------------------------
-# Sandbox seam: everything the loop needs from mrgrpo.sandbox goes through `_sandbox_module()`.
-# Tests replace this one function with a fake module (Job, Limits, run_async).
-# --------------------------------------------------------------------------------------------------
-
-
-def _sandbox_module():
-    return importlib.import_module("mrgrpo.sandbox")
 
 
 _SEMAPHORE: asyncio.Semaphore | None = None
@@ -171,7 +160,12 @@ class PlanCodeAgentLoop(AgentLoopBase):
 
     Settings: ``mrgrpo.agent_loop.*`` of the trainer config (``SETTINGS``, defaults in ``TRAINER_YAML``); a row's
     ``extra_info.plan_source`` overrides ``plan_source`` for that row.
+
+    ``judge``: everything the loop needs of the sandbox, ``await judge.run_async(job)`` -> an `ExecResult` for a
+    `mrgrpo.sandbox.Job`; `mrgrpo.sandbox` itself unless a subclass, an instance or a test sets another.
     """
+
+    judge: Any = sandbox
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -435,12 +429,11 @@ class PlanCodeAgentLoop(AgentLoopBase):
         return True
 
     async def _run_sandbox(self, t: Trajectory, tests: TestSet):
-        sandbox = _sandbox_module()
         job = tests.job(t.attempt_code, stop_on_first_failure=True, limits=self.sandbox_limits)
         timing: dict = {}
         with simple_timer("tool_calls", t.metrics), simple_timer("call", timing):
             async with sandbox_semaphore(self.sandbox_concurrency):
-                result = await sandbox.run_async(job)
+                result = await self.judge.run_async(job)
         t.sandbox_s.append(round(float(timing.get("call", 0.0)), 6))
         return result
 

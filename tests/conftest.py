@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,12 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# The agent loop's shared fakes and checks assert; show the values when they fail.
-pytest.register_assert_rewrite("mrgrpo.testing.loop_fakes")
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Test helpers that are not tests (tests/fakes/, e.g. `loop_fakes`: the agent loop's fakes of the rollout server and
+# the sandbox) are imported by their own module names; their asserts show the values when they fail.
+sys.path.insert(0, str(REPO_ROOT / "tests" / "fakes"))
+pytest.register_assert_rewrite("loop_fakes")
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +37,7 @@ def sample_path() -> Path:
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     """An offline byte-level BPE tokenizer with Qwen special tokens and a ChatML template."""
-    from mrgrpo.testing.tiny import build_tokenizer
+    from mrgrpo.tiny_model import build_tokenizer
 
     out = tmp_path_factory.mktemp("tiny_tokenizer")
     build_tokenizer(out)

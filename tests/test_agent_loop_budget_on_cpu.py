@@ -19,7 +19,8 @@ import pytest
 
 import mrgrpo.agent_loop as al
 from mrgrpo.metrics import excluded_from
-from mrgrpo.testing.loop_fakes import (
+
+from loop_fakes import (
     BAD,
     GOOD,
     FakeSandbox,
@@ -29,7 +30,7 @@ from mrgrpo.testing.loop_fakes import (
     make_loop,
     make_row,
 )
-from mrgrpo.testing.loop_fakes import run_loop as run
+from loop_fakes import run_loop as run
 
 PLAN_TURN = "Plan: read n, print n + 1."
 FILLER = " and then keep on talking" * 60  # a turn without an end token runs on past any budget here
@@ -53,7 +54,7 @@ CODE_CASES = [c for c in CASES if c[0] != "plan"]
 @pytest.fixture(autouse=True)
 def sandbox(monkeypatch):
     box = FakeSandbox()
-    monkeypatch.setattr(al, "_sandbox_module", lambda: box)
+    monkeypatch.setattr(al.PlanCodeAgentLoop, "judge", box)
     monkeypatch.setattr(al, "_consecutive_errors", 0)  # error outcomes here must not add up across tests
     return box
 

@@ -1,6 +1,6 @@
 """PlanCodeAgentLoop driven by a scripted fake rollout server and a fake sandbox, through every path.
 
-The fakes (`mrgrpo.testing.loop_fakes`) behave as the real things where the loop can tell: the server "generates"
+The fakes (`tests/fakes/loop_fakes.py`) behave as the real things where the loop can tell: the server "generates"
 by encoding scripted text (the loop itself never encodes generated text), stops at an end token, at its cap, at the
 model's context limit or on an abort, and returns distinct per-token logprobs; the sandbox runs the program and
 judges it as `mrgrpo.sandbox` does (first failing test, SE, TLE, RE, float_tol; INFRA injected per program), which
@@ -25,7 +25,9 @@ import mrgrpo.agent_loop as al
 from mrgrpo import prompts
 from mrgrpo.data.build import AGENT_NAME
 from mrgrpo.sandbox import ExecResult, Limits, TestResult, Verdict
-from mrgrpo.testing.loop_fakes import (
+from mrgrpo.testset import TestSet
+
+from loop_fakes import (
     BAD,
     CRASH,
     GEN,
@@ -43,14 +45,13 @@ from mrgrpo.testing.loop_fakes import (
     make_row,
     recipe_loop_settings,
 )
-from mrgrpo.testing.loop_fakes import run_loop as run
-from mrgrpo.testset import TestSet
+from loop_fakes import run_loop as run
 
 
 @pytest.fixture
 def sandbox(monkeypatch):
     box = FakeSandbox()
-    monkeypatch.setattr(al, "_sandbox_module", lambda: box)
+    monkeypatch.setattr(al.PlanCodeAgentLoop, "judge", box)
     return box
 
 
@@ -350,7 +351,7 @@ def test_enable_thinking_true_uses_plain_generation_prompt(tiny_tokenizer, sandb
 def test_sandbox_concurrency_is_bounded_and_non_blocking(tiny_tokenizer, monkeypatch):
     tok = tiny_tokenizer
     box = FakeSandbox(delay=0.05)
-    monkeypatch.setattr(al, "_sandbox_module", lambda: box)
+    monkeypatch.setattr(al.PlanCodeAgentLoop, "judge", box)
     loops = [make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none", sandbox_concurrency=2) for _ in range(6)]
     params = {"temperature": 1.0, "logprobs": True}
 
@@ -613,7 +614,7 @@ def test_infra_on_the_public_tests_ends_the_trajectory(tiny_tokenizer, monkeypat
     """INFRA (here at public test 1, after test 0 passed) stops with "infra": no feedback, nothing more generated."""
     tok = tiny_tokenizer
     box = FakeSandbox(infra={GOOD: 1})
-    monkeypatch.setattr(al, "_sandbox_module", lambda: box)
+    monkeypatch.setattr(al.PlanCodeAgentLoop, "judge", box)
     server = FakeServer(tok, [GOOD, GOOD])
     out = run(make_loop(tok, server, plan_source="none"), make_row())
     check_accounting(tok, out, server)
@@ -631,7 +632,7 @@ def test_infra_on_the_public_tests_ends_the_trajectory(tiny_tokenizer, monkeypat
 def test_infra_on_a_later_attempt_keeps_the_earlier_verdicts(tiny_tokenizer, monkeypatch):
     """An INFRA after a feedback round stops with "infra" and keeps the first attempt's verdict."""
     tok = tiny_tokenizer
-    monkeypatch.setattr(al, "_sandbox_module", lambda: FakeSandbox(infra={CRASH: 0}))
+    monkeypatch.setattr(al.PlanCodeAgentLoop, "judge", FakeSandbox(infra={CRASH: 0}))
     server = FakeServer(tok, [BAD, CRASH, GOOD])
     out = run(make_loop(tok, server, plan_source="none", rounds=2), make_row())
     check_accounting(tok, out, server)

@@ -21,7 +21,8 @@ import pytest
 
 import mrgrpo.agent_loop as al
 from mrgrpo import prompts
-from mrgrpo.testing.loop_fakes import (
+
+from loop_fakes import (
     BAD,
     GOOD,
     PLAN,
@@ -34,7 +35,7 @@ from mrgrpo.testing.loop_fakes import (
     make_loop,
     make_row,
 )
-from mrgrpo.testing.loop_fakes import run_loop as run
+from loop_fakes import run_loop as run
 
 IM_END, ENDOFTEXT, NEWLINE = 151645, 151643, 198
 THINK = "<think>\nThe input is one integer; I should add one and print it.\n</think>\n\n"
@@ -43,7 +44,7 @@ THINK = "<think>\nThe input is one integer; I should add one and print it.\n</th
 @pytest.fixture
 def sandbox(monkeypatch):
     box = FakeSandbox()
-    monkeypatch.setattr(al, "_sandbox_module", lambda: box)
+    monkeypatch.setattr(al.PlanCodeAgentLoop, "judge", box)
     return box
 
 

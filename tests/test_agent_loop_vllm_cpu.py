@@ -65,7 +65,7 @@ def engine(tmp_path_factory):
     """A tiny random Qwen3 served by an in-process vLLM engine on CPU, and its tokenizer."""
     from transformers import AutoTokenizer
 
-    from mrgrpo.testing.tiny import build_tiny_qwen3
+    from mrgrpo.tiny_model import build_tiny_qwen3
 
     model_dir = build_tiny_qwen3(tmp_path_factory.mktemp("tiny_qwen3"))
     with pytest.MonkeyPatch.context() as mp:
@@ -267,7 +267,7 @@ def test_free_sampling_token_accounting(engine, plan_source, rounds, response_le
 # ------------------------------------------------------------------ guided: plan -> wrong -> feedback -> right
 def test_guided_self_plan_fail_feedback_fix_with_real_sandbox(engine):
     llm, tok = engine
-    assert al._sandbox_module() is sandbox  # the real sandbox, not a test seam
+    assert al.PlanCodeAgentLoop.judge is sandbox  # the real sandbox, not a test seam
     response_length, plan_cap = 320, 24
     server = VllmServer(llm, guide=[PLAN_RX, WRONG_RX, RIGHT_RX], seed=10)
     loop = make_loop(tok, server, response_length, plan_source="self", rounds=1, plan_max_tokens=plan_cap)

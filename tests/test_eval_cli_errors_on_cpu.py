@@ -348,7 +348,7 @@ def test_load_rows_reports_the_problems_verls_filter_dropped(tmp_path):
     """The real dataset (MrGRPODataset, verl's filter) with a real tokenizer: the long problem is the dropped one."""
     pytest.importorskip("transformers")
     from mrgrpo.eval.run import EvalSettings, load_rows
-    from mrgrpo.testing.tiny import build_tokenizer
+    from mrgrpo.tiny_model import build_tokenizer
 
     tok = build_tokenizer(tmp_path / "tok")
     long = "Print the sum of two integers. " + "Read the input carefully. " * 200

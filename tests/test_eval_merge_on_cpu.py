@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from mrgrpo.eval.cli import resolve_model  # noqa: E402
-from mrgrpo.testing.tiny import build_tiny_qwen3  # noqa: E402
+from mrgrpo.tiny_model import build_tiny_qwen3  # noqa: E402
 
 
 def test_verl_checkpoint_is_merged_once_by_verls_merger(tmp_path):

@@ -100,7 +100,7 @@ class GuidedServer(engine_mod.AsyncVllmServer):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from mrgrpo.testing.tiny import build_tiny_qwen3
+    from mrgrpo.tiny_model import build_tiny_qwen3
 
     return build_tiny_qwen3(tmp_path_factory.mktemp("tiny_qwen3"))
 

@@ -187,12 +187,12 @@ def test_plan_source_none_has_no_plan_turn(tok, rows):
 
 def test_replay_sandbox_refuses_unrecorded_programs_and_the_seam_is_restored(tok, rows):
     import mrgrpo.agent_loop as al
+    import mrgrpo.sandbox
 
-    original = al._sandbox_module
     with pytest.raises(tr.TranscriptRejected) as info:
         tr.transcript_from_loop(tok, rows[0], "plan_code", tr.ReplaySandbox({}), SUM.strip("\n"))
     assert info.value.reason == "loop_error" and "no recorded result" in info.value.detail
-    assert al._sandbox_module is original
+    assert al.PlanCodeAgentLoop.judge is mrgrpo.sandbox  # only that one loop had the replay as its judge
 
 
 def test_a_mutant_that_passes_is_never_used(tok, rows):

@@ -1,7 +1,7 @@
 """mrgrpo.agent_loop against its surviving mutants (docs/testing.md): stop reasons at their boundaries, the
 feedback turn's wording and limits, the error outcome, the sandbox seam and its timing, the row helpers.
 
-Built on the shared fakes of `mrgrpo.testing.loop_fakes` (a server that can stop short of its cap, a sandbox that
+Built on the shared fakes of `tests/fakes/loop_fakes.py` (a server that can stop short of its cap, a sandbox that
 runs the program and judges it as the real one does).
 """
 
@@ -17,7 +17,9 @@ import pytest
 import mrgrpo.agent_loop as al
 import mrgrpo.sandbox
 from mrgrpo import prompts
-from mrgrpo.testing.loop_fakes import (
+from mrgrpo.testset import TestSet
+
+from loop_fakes import (
     BAD,
     GOOD,
     PUBLIC,
@@ -30,8 +32,7 @@ from mrgrpo.testing.loop_fakes import (
     make_loop,
     make_row,
 )
-from mrgrpo.testing.loop_fakes import run_loop as run
-from mrgrpo.testset import TestSet
+from loop_fakes import run_loop as run
 
 SYNTAX = "```python\nprint(int(input())\n```"
 
@@ -39,7 +40,7 @@ SYNTAX = "```python\nprint(int(input())\n```"
 @pytest.fixture
 def sandbox(monkeypatch):
     box = FakeSandbox()
-    monkeypatch.setattr(al, "_sandbox_module", lambda: box)
+    monkeypatch.setattr(al.PlanCodeAgentLoop, "judge", box)
     return box
 
 
@@ -60,7 +61,27 @@ def test_recipe_settings_names_the_missing_yaml(monkeypatch, tmp_path):
 
 def test_the_sandbox_seam_is_mrgrpo_sandbox():
     """Unpatched, the loop's sandbox is the real mrgrpo.sandbox module."""
-    assert al._sandbox_module() is mrgrpo.sandbox
+    assert al.PlanCodeAgentLoop.judge is mrgrpo.sandbox
+
+
+def test_a_subclass_or_one_loop_gets_its_own_judge_and_the_class_keeps_the_sandbox(tiny_tokenizer):
+    """The judge is a class attribute: a subclass or one instance replaces it, nothing global changes."""
+    tok = tiny_tokenizer
+
+    class Judged(al.PlanCodeAgentLoop):
+        judge = FakeSandbox(infra={GOOD: 0})
+
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    cfg = make_config(plan_source="none")
+    loop = Judged(trainer_config=DictConfigWrap(cfg), server_manager=FakeServer(tok, [GOOD]), tokenizer=tok,
+                  processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data), hf_model_type="qwen3")
+    assert run(loop, make_row()).extra_fields["stop_reason"] == "infra"
+    loop = make_loop(tok, FakeServer(tok, [BAD]), plan_source="none", rounds=0)
+    loop.judge = box = FakeSandbox()
+    assert run(loop, make_row()).extra_fields["public_verdicts"] == ["WA"] and len(box.jobs) == 1
+    assert al.PlanCodeAgentLoop.judge is mrgrpo.sandbox
 
 
 def test_sandbox_semaphore_accepts_one_and_refuses_zero():
@@ -175,7 +196,7 @@ def test_num_turns_counts_every_injected_turn(tiny_tokenizer, sandbox):
 def test_infra_on_public_tests_is_logged(tiny_tokenizer, monkeypatch, caplog):
     """A public-test INFRA logs one warning with the sandbox's detail."""
     tok = tiny_tokenizer
-    monkeypatch.setattr(al, "_sandbox_module", lambda: FakeSandbox(infra={GOOD: 0}))
+    monkeypatch.setattr(al.PlanCodeAgentLoop, "judge", FakeSandbox(infra={GOOD: 0}))
     with caplog.at_level(logging.WARNING, logger="mrgrpo.agent_loop"):
         run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none"), make_row())
     assert [r.getMessage() for r in caplog.records if r.name == "mrgrpo.agent_loop"] == [
@@ -249,7 +270,7 @@ def test_an_attempt_the_sandbox_failed_on_is_not_run(tiny_tokenizer, monkeypatch
         async def run_async(self, job):
             raise RuntimeError("sandbox exploded")
 
-    monkeypatch.setattr(al, "_sandbox_module", lambda: Exploding())
+    monkeypatch.setattr(al.PlanCodeAgentLoop, "judge", Exploding())
     tok = tiny_tokenizer
     out = run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none"), make_row())
     ef = out.extra_fields

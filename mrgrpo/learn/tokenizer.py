@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from mrgrpo import prompts
-from mrgrpo.testing.tiny import SPECIAL_TOKENS as _TINY_SPECIAL_TOKENS
+from mrgrpo.tiny_model import SPECIAL_TOKENS as _TINY_SPECIAL_TOKENS
 
 # Special (control) tokens, skipped by decode(skip_special_tokens=True); the rest are ordinary added tokens.
 CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")

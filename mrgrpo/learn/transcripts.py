@@ -2,8 +2,8 @@
 
 Exact by construction: a transcript is what `PlanCodeAgentLoop.run()` returns when its rollout server is a script
 (`ScriptedServer`: each turn is the tokenizer's encoding of a scripted assistant text plus ``<|im_end|>``) and its
-sandbox seam (`mrgrpo.agent_loop._sandbox_module`) replays results the REAL sandbox produced beforehand for exactly
-the jobs the loop submits (`ReplaySandbox`). So the first prompt, the injected turns (plan -> code request,
+judge (`PlanCodeAgentLoop.judge`, set on that one loop) replays results the REAL sandbox produced beforehand for
+exactly the jobs the loop submits (`ReplaySandbox`). So the first prompt, the injected turns (plan -> code request,
 feedback messages), the Continuous Token boundaries (``<|im_end|>\\n``, generation prompts with the empty think
 block under ``enable_thinking=False``) and the masks are the loop's own, and any change the loop makes to them
 flows into the transcripts without a change here. ``input_ids = prompt_ids + response_ids`` and ``loss_mask =
@@ -22,7 +22,6 @@ The plan text is the row's ``extra_info.plan`` when it has one (teacher or famil
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections import Counter
@@ -111,8 +110,8 @@ class ScriptedServer:
 
 
 class ReplaySandbox:
-    """Stands in for `mrgrpo.sandbox` inside the loop: returns the real sandbox's result for each program, and
-    raises for a job it was not given a result for (or one that differs from the job that produced it)."""
+    """The loop's judge (`PlanCodeAgentLoop.judge`) for a transcript: returns the real sandbox's result for each
+    program, and raises for a job it was not given a result for (or one that differs from the job that produced it)."""
 
     def __init__(self, results: dict[str, tuple[Any, Any]]):
         self.results = dict(results)  # program -> (the Job that was run, its ExecResult)
@@ -126,19 +125,6 @@ class ReplaySandbox:
         if recorded_job != job:
             raise ValueError("ReplaySandbox: the loop submitted a different job than the one that was run")
         return result
-
-
-@contextlib.contextmanager
-def replayed_sandbox(sandbox: ReplaySandbox):
-    """Route `mrgrpo.agent_loop`'s sandbox seam to ``sandbox`` (this process, for the duration of the block)."""
-    import mrgrpo.agent_loop as al
-
-    original = al._sandbox_module
-    al._sandbox_module = lambda: sandbox
-    try:
-        yield sandbox
-    finally:
-        al._sandbox_module = original
 
 
 # ------------------------------------------------------------------ one transcript
@@ -230,9 +216,9 @@ def run_loop(tokenizer, raw_prompt: list[dict], extra_info: dict, turns: Sequenc
     cfg = settings.loop_config()
     server = ScriptedServer(tokenizer, turns)
     loop = build_loop(cfg, server, tokenizer, settings.hf_model_type)
+    loop.judge = sandbox  # this loop's judge only: the class keeps the real sandbox
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
-    with replayed_sandbox(sandbox):
-        out = loop.loop.run_until_complete(loop.run(params, raw_prompt=raw_prompt, extra_info=extra_info))
+    out = loop.loop.run_until_complete(loop.run(params, raw_prompt=raw_prompt, extra_info=extra_info))
     return out, server
 
 

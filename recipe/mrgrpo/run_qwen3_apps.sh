@@ -203,7 +203,7 @@ if [[ "$DRY_RUN" != 1 ]]; then
   fi
   if [[ "$PROFILE" == tiny && ! -f "$MODEL/config.json" ]]; then
     echo "$ME: building the tiny random Qwen3 into $MODEL" >&2
-    "$PYTHON" -m mrgrpo.testing.tiny "$MODEL"
+    "$PYTHON" -m mrgrpo.tiny_model "$MODEL"
   fi
 fi
 

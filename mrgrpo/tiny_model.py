@@ -1,4 +1,4 @@
-"""Build a tiny tokenizer and a tiny random Qwen3 offline, for tests, examples and GPU smoke runs.
+"""A tiny tokenizer and a tiny random Qwen3, built offline: the run script's smoke test (``PROFILE=tiny``) and tests.
 
 The tokenizer is a byte-level BPE trained here with the `tokenizers` library on a small code-flavoured
 corpus, with Qwen's special tokens and a ChatML chat template that, like Qwen3's, honours
@@ -6,7 +6,7 @@ corpus, with Qwen's special tokens and a ChatML chat template that, like Qwen3's
 The model is a random `Qwen3ForCausalLM` (2 layers, hidden 256, 4 heads / 2 KV heads, head_dim 64: vLLM
 rejects head_dim 16).
 
-    python -m mrgrpo.testing.tiny OUT_DIR      # writes OUT_DIR/ with tokenizer + model files
+    python -m mrgrpo.tiny_model OUT_DIR      # writes OUT_DIR/ with tokenizer + model files
 """
 
 from __future__ import annotations

@@ -1,1 +1,0 @@
-"""Offline builders for tests, examples and GPU smoke runs (no hub access)."""
