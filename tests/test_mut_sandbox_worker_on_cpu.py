@@ -31,7 +31,7 @@ import time
 
 import pytest
 
-from mrgrpo.sandbox import worker
+from mrgrpo.sandbox import launcher as worker
 
 # ---- _run_program in this process
 

@@ -1,4 +1,4 @@
-"""A bounded pool of sandbox slots. A slot is one worker (launcher + zygote, see worker.py) and its pipes.
+"""A bounded pool of sandbox slots. A slot is one worker (launcher + fork server, see worker.py) and its pipes.
 
 Parent side, trusted. One pool per process (recreated after fork), `size` slots started lazily; a slot serves one
 job at a time. Each slot lives in its own namespaces with its own tmpfs and (as root) its own uid, so that a
@@ -31,8 +31,9 @@ logger = logging.getLogger("mrgrpo.sandbox")
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 # The worker is loaded as a module, not run as a script: a script is compiled from source at every start, and the
-# compiler's leftovers stay in the heap that the zygote's fork copies for every test (~2 MB of its ~9 MB); a module
-# loads from its cached bytecode (written here once, when missing or stale, if the directory is writable).
+# compiler's leftovers stay in the heap that the fork server's fork copies for every test (~2 MB of its ~9 MB); a
+# module loads from its cached bytecode (written here once, when missing or stale, if the directory is writable), and
+# so do the modules it loads (this directory's, as a private package: worker.py).
 _BOOT = ("import importlib.util as u, sys\n"
          "s = u.spec_from_file_location('_mrgrpo_sandbox_worker', sys.argv[1])\n"
          "m = u.module_from_spec(s)\n"
@@ -56,7 +57,7 @@ SANDBOX_ENV = {
     "MKL_NUM_THREADS": "1",
     "NUMEXPR_NUM_THREADS": "1",
     # The dynamic linker binds every symbol when the worker starts: a test process would otherwise resolve each
-    # libc or libpython function the zygote never called on its first call (a symbol lookup, and a copy of the
+    # libc or libpython function the fork server never called on its first call (a symbol lookup, and a copy of the
     # page of the binding table it writes), in every test.
     "LD_BIND_NOW": "1",
 }
@@ -81,11 +82,12 @@ def _interpreter() -> str:
 
 @functools.cache
 def _cache_worker_bytecode() -> None:
-    """Write worker.py's cached bytecode if it is missing or stale (once per process). Only speed depends on it:
-    without it (a read-only install without bytecode) the worker compiles itself from source, as a script would."""
+    """Write the cached bytecode of worker.py and of the modules it loads (every module of its directory) where it
+    is missing or stale (once per process; the worker runs with -B and writes none). Only speed depends on it:
+    without it (a read-only install without bytecode) the worker compiles them from source, as a script would."""
     import compileall
 
-    compileall.compile_file(WORKER, quiet=2)
+    compileall.compile_dir(os.path.dirname(WORKER), maxlevels=0, quiet=2)
 
 
 _site_lock = threading.Lock()
