@@ -37,8 +37,7 @@ from mrgrpo.code_extract import extract_code, strip_think
 from mrgrpo.config import TRAINER_YAML, recipe_settings  # noqa: F401  (its mrgrpo.agent_loop: every SETTINGS default)
 from mrgrpo.first_turn import PLAN_SOURCES, first_turn_messages, plan_source_of
 from mrgrpo.marker import mark_once
-from mrgrpo.sandbox.schema import Limits
-from mrgrpo.testset import TestSet
+from mrgrpo.testset import LimitsOverride, TestSet
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +46,10 @@ SETTINGS = ("rounds", "plan_source", "plan_max_tokens", "min_turn_tokens", "feed
 # The fixed key set of ``AgentLoopOutput.extra_fields`` written by this loop (the reward and the dashboard read them).
 EXTRA_FIELD_KEYS = ("final_code", "plan", "plan_source", "attempts", "public_pass", "public_verdicts", "stop_reason",
                     "error", "model_tokens", "injected_tokens", "plan_tokens", "sandbox_s")
+# Former keys of this section for the public tests' limits. They stay in the trainer yaml (null) only so that an old
+# override reaches `limits_override`'s message: the limits are the run's one override, mrgrpo.limits, which the
+# reward reads for the hidden tests too.
+RETIRED_SETTINGS = {"sandbox_time_s": "mrgrpo.limits.time_s", "sandbox_wall_s": "mrgrpo.limits.wall_s"}
 STOP_REASONS = ("passed", "rounds", "budget", "truncated", "no_public_tests", "infra", "error")
 # A trajectory that raised is kept as a typed `error` outcome (no gradient); this many in a row in one process
 # means the run itself is broken: the loop then raises.
@@ -101,6 +104,19 @@ def _as_dict(value: Any) -> dict:
         if isinstance(value, dict):
             return value
     raise TypeError(f"extra_info must be a dict, got {type(value).__name__}")
+
+
+def limits_override(config) -> LimitsOverride:
+    """The run's override of the per-test limits: ``mrgrpo.limits`` of the trainer config (absent or null: none),
+    the section the reward gets as ``reward_kwargs.limits``. A retired ``mrgrpo.agent_loop.sandbox_*`` key with a
+    value raises, naming its new key."""
+    mrgrpo_config = config.get("mrgrpo") or {}
+    section = mrgrpo_config.get("agent_loop") or {}
+    for old, new in RETIRED_SETTINGS.items():
+        if section.get(old) is not None:
+            raise ValueError(f"PlanCodeAgentLoop: mrgrpo.agent_loop.{old} is retired: set {new} (one override for "
+                             "the agent loop's public tests and the reward's hidden tests)")
+    return LimitsOverride.from_config(mrgrpo_config.get("limits"), where="mrgrpo.limits")
 
 
 def parse_public_tests(extra_info: dict) -> TestSet:
@@ -182,9 +198,9 @@ class PlanCodeAgentLoop(AgentLoopBase):
         self.feedback_max_chars = int(section["feedback_max_chars"])
         self.feedback_stderr_chars = int(section["feedback_stderr_chars"])
         self.sandbox_concurrency = int(section["sandbox_concurrency"])
-        # Per-test limits of the public-test runs (null: mrgrpo.sandbox.Limits defaults, a null wall its rule from the
-        # CPU limit; the reward has its own reward_kwargs time_s / wall_s for the hidden tests).
-        self.sandbox_limits = Limits.of(time_s=section["sandbox_time_s"], wall_s=section["sandbox_wall_s"])
+        # Per-test limits of the public-test runs: each problem's own (its test JSON), under the run's override
+        # mrgrpo.limits, by the rule the reward applies to the hidden tests (mrgrpo.testset.TestSet.limits).
+        self.limits_override = limits_override(self.config)
         if self.min_turn_tokens < 1:
             raise ValueError(f"PlanCodeAgentLoop: min_turn_tokens must be >= 1, got {self.min_turn_tokens}")
         if self.rounds < 0:
@@ -429,7 +445,7 @@ class PlanCodeAgentLoop(AgentLoopBase):
         return True
 
     async def _run_sandbox(self, t: Trajectory, tests: TestSet):
-        job = tests.job(t.attempt_code, stop_on_first_failure=True, limits=self.sandbox_limits)
+        job = tests.job(t.attempt_code, stop_on_first_failure=True, limits=tests.limits(self.limits_override))
         timing: dict = {}
         with simple_timer("tool_calls", t.metrics), simple_timer("call", timing):
             async with sandbox_semaphore(self.sandbox_concurrency):

@@ -20,6 +20,9 @@ that is not wrapped throughout, an output `[x]` is ambiguous (`x` or the list `[
 `Problem.ambiguous` and `mrgrpo.data.validate` lets the reference solution decide.
 Original APPS (JSONL or parquet): `question`, `solutions` (JSON list of strings), `starter_code`,
 `input_output` (JSON string `{"inputs", "outputs", "fn_name"?}`), `difficulty`, `problem_id`.
+Either format may give the problem's own per-test CPU limit in `time_limit` (seconds: a number, or text such as
+`"2 seconds"`); `Problem.time_s` keeps it and the data build writes it into the problem's test JSON (`time_s`,
+`mrgrpo.testset`). Neither the bundled APPS+ sample nor APPS has one: their problems take the sandbox's default.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from mrgrpo.testset import TestSet
 DIFFICULTIES = ("introductory", "interview", "competition")
 _DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(([^)]*)\)", re.MULTILINE)
 _CLASS_SOLUTION_RE = re.compile(r"^\s*class\s+Solution\b", re.MULTILINE)
+_SECONDS_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:s|sec|secs|second|seconds)?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,14 @@ class Problem:
     # Call mode: indices of outputs stored as `[x]` in a test set not wrapped throughout (`call_outputs`): read as
     # x here, but the list [x] is as likely. Empty once decided (validate) and for every other problem.
     ambiguous: tuple[int, ...] = field(default=())
+    time_s: float | None = None  # the record's own CPU seconds per test (`time_limit`); None: the sandbox's default
 
     def tests(self, float_tol: float | None = None) -> TestSet:
-        """Every test of the problem (`mrgrpo.testset.TestSet`, the one codec for APPS test JSON)."""
+        """Every test of the problem (`mrgrpo.testset.TestSet`, the one codec for APPS test JSON), with the
+        problem's own time limit."""
         fn_name = self.fn_name if self.io_mode == "call" else None
-        return TestSet(list(self.inputs), list(self.outputs), fn_name, float_tol, where=self.source_id)
+        return TestSet(list(self.inputs), list(self.outputs), fn_name, float_tol, time_s=self.time_s,
+                       where=self.source_id)
 
     def ground_truth(self) -> dict[str, Any]:
         """APPS-style test JSON of every test (call outputs wrapped as `[value]`, with `fn_name` for call mode)."""
@@ -135,6 +142,28 @@ def _as_list(value: Any, name: str) -> list:
     if not isinstance(value, list):
         raise ProblemFormatError(f"`{name}` must be a list, got {type(value).__name__}")
     return value
+
+
+def time_limit(record: dict) -> float | None:
+    """The record's own per-test CPU limit in seconds (`time_limit`: a number, or text such as ``"2 seconds"``);
+    None when it has none. Anything else raises, naming the field.
+
+        >>> time_limit({"time_limit": 2}), time_limit({"time_limit": "1.5 seconds"}), time_limit({})
+        (2.0, 1.5, None)
+    """
+    value = record.get("time_limit")
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and _SECONDS_RE.match(value):
+        seconds = float(_SECONDS_RE.match(value).group(1))
+    else:
+        raise ProblemFormatError(f"`time_limit` must be a number of seconds (or text such as \"2 seconds\"), got "
+                                 f"{str(value)[:80]!r}")
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise ProblemFormatError(f"`time_limit` must be > 0 seconds, got {value!r}")
+    return seconds
 
 
 def _normalise_difficulty(value: Any) -> str:
@@ -213,6 +242,7 @@ def problem_from_apps_plus(record: dict, source_id: str) -> Problem:
         reference_solution=reference,
         notes=tuple(dict.fromkeys(notes)),
         ambiguous=ambiguous,
+        time_s=time_limit(record),
     )
 
 
@@ -268,6 +298,7 @@ def problem_from_apps(record: dict, source_id: str) -> Problem:
         reference_solution=reference,
         notes=tuple(dict.fromkeys(notes)),
         ambiguous=ambiguous,
+        time_s=time_limit(record),
     )
 
 

@@ -19,8 +19,8 @@ from typing import Any
 from mrgrpo.code_extract import extract_code
 from mrgrpo.marker import mark_once
 from mrgrpo.metrics import SAMPLE_STAT_KEYS, sample_stats
-from mrgrpo.sandbox import ExecResult, Job, Limits, Verdict, run, run_async
-from mrgrpo.testset import TestSet
+from mrgrpo.sandbox import ExecResult, Job, Verdict, run, run_async
+from mrgrpo.testset import LimitsOverride, TestSet
 
 logger = logging.getLogger("mrgrpo.reward")
 
@@ -31,6 +31,10 @@ REWARD_KEYS = ("score", "acc", "pass_rate", "verdict", "num_tests", "num_passed"
 
 # Keyword arguments verl itself may pass to a custom reward function; accepted and ignored.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+# Reward kwargs that are now keys of the run's one limits override (the recipe's mrgrpo.limits, which the trainer
+# yaml passes here as ``limits``): refused with the new key's name, so a limit never applies to one side only.
+RETIRED_KWARGS = {"time_s": "mrgrpo.limits.time_s", "wall_s": "mrgrpo.limits.wall_s",
+                  "memory_mb": "mrgrpo.limits.memory_mb"}
 
 _infra_lock = threading.Lock()
 _consecutive_infra = 0
@@ -40,11 +44,24 @@ class SandboxBroken(RuntimeError):
     """Raised after `max_consecutive_infra` INFRA results in a row: the sandbox is down, stop the run."""
 
 
-def build_job(ground_truth, code: str, *, all_tests: bool = False, limits: Limits | None = None) -> Job:
+def build_job(ground_truth, code: str, *, all_tests: bool = False, override: LimitsOverride | None = None,
+              where: str = "ground_truth") -> Job:
     """The sandbox Job for a ground truth in the test JSON wire format of `mrgrpo.testset` (a string or a dict;
-    call-mode outputs wrapped as ``[value]``; its ``float_tol``, if any, applies)."""
-    tests = TestSet.from_json(ground_truth, where="ground_truth")
-    return tests.job(code, stop_on_first_failure=not all_tests, limits=limits)
+    call-mode outputs wrapped as ``[value]``; its ``float_tol`` and its own limits, if any, apply), under the
+    run's limits ``override`` (`mrgrpo.testset.TestSet.limits`: the agent loop's rule for the public tests)."""
+    tests = TestSet.from_json(ground_truth, where=where)
+    return tests.job(code, stop_on_first_failure=not all_tests, limits=tests.limits(override))
+
+
+def ground_truth_where(extra_info: dict | None) -> str:
+    """How errors name a row's ground truth: ``row <source_id> ground_truth`` (the data build's id, else the index).
+
+        >>> ground_truth_where({"source_id": "apps_plus:7"}), ground_truth_where(None)
+        ('row apps_plus:7 ground_truth', 'ground_truth')
+    """
+    info = extra_info or {}
+    row = info.get("source_id") or info.get("index")
+    return "ground_truth" if row is None else f"row {row} ground_truth"
 
 
 def _program(solution_str: str, extra_info: dict | None) -> str | None:
@@ -123,6 +140,10 @@ class _Call:
 
     def __init__(self, solution_str, ground_truth, extra_info, kwargs):
         self.extra_info = extra_info or {}
+        retired = sorted(set(kwargs) & set(RETIRED_KWARGS))
+        if retired:
+            raise TypeError(f"compute_score: reward_kwargs.{retired[0]} is retired: set {RETIRED_KWARGS[retired[0]]} "
+                            "(one override for the agent loop's public tests and the reward's hidden tests)")
         unknown = set(kwargs) - _VERL_KWARGS - set(_DEFAULTS)
         if unknown:
             raise TypeError(f"compute_score got unknown keyword arguments {sorted(unknown)}; "
@@ -139,9 +160,9 @@ class _Call:
         else:
             self.length_term = length_term(int(model_tokens), int(opts["length_target_tokens"]))
         partial = bool(opts["partial_credit"])
-        limits = Limits.of(time_s=opts["time_s"], wall_s=opts["wall_s"], memory_mb=opts["memory_mb"])
+        override = LimitsOverride.from_config(opts["limits"], where="reward_kwargs.limits (mrgrpo.limits)")
         self.job = build_job(ground_truth, self.code or "", all_tests=partial or bool(opts["all_tests"]),
-                             limits=limits)
+                             override=override, where=ground_truth_where(extra_info))
 
     def finish(self, result: ExecResult | None) -> dict:
         global _consecutive_infra
@@ -190,9 +211,7 @@ _DEFAULTS: dict[str, Any] = {
     "length_target_tokens": 2048,
     "partial_credit": False,
     "all_tests": False,
-    "time_s": None,
-    "wall_s": None,
-    "memory_mb": None,
+    "limits": None,
     "infra_score": 0.0,
     "max_consecutive_infra": 32,
 }
@@ -209,7 +228,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
             tagged ``python``/``py``/``python3`` (else the last bare fence) outside ``<think>`` blocks, see
             `mrgrpo.code_extract`. No program at all is verdict ``NO_CODE``.
         ground_truth: the HIDDEN tests in the test JSON of `mrgrpo.testset` (string or dict)
-            ``{"inputs": [...], "outputs": [...], "fn_name"?: str, "float_tol"?: float}``; call-mode outputs are
+            ``{"inputs": [...], "outputs": [...], "fn_name"?: str, "float_tol"?: float, "time_s"?: float}``
+            (a malformed one raises `mrgrpo.testset.TestSetError` naming the row); call-mode outputs are
             wrapped as ``[value]``. ``mrgrpo data build`` writes only the hidden tests here (the public ones,
             shown in feedback, live in ``extra_info["public_tests"]``), so ``acc`` is a hidden-test accuracy.
         extra_info: the dataset row's extra_info (verl adds rollout fields to it).
@@ -222,8 +242,11 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
             length_target_tokens (2048): ``length_term`` (`length_term`) is 1 up to this many of the model's own
                 tokens (``extra_info["model_tokens"]``, injected turns excluded) and falls linearly to 0 at twice
                 as many; a nonzero length_weight without ``model_tokens`` raises;
-            time_s / wall_s / memory_mb (None: `mrgrpo.sandbox.Limits` defaults; a wall_s left out is its rule
-                from time_s, ``WALL_PER_CPU`` x time_s);
+            limits (None): the run's override of the per-test limits, a mapping of time_s / wall_s / memory_mb
+                (`mrgrpo.testset.LimitsOverride`; the trainer yaml passes ``${mrgrpo.limits}``, the agent loop's own);
+                a key left None takes the ground truth's own ``time_s`` / ``wall_s``, else the sandbox's defaults
+                (`mrgrpo.testset.TestSet.limits`). The former time_s / wall_s / memory_mb kwargs raise, naming
+                ``mrgrpo.limits``;
             infra_score (0.0): the score of an item the sandbox failed to judge (after one retry);
             max_consecutive_infra (32): that many INFRA results in a row raise `SandboxBroken`.
         Unknown keyword arguments raise TypeError (a misspelt weight must not be ignored silently).

@@ -38,6 +38,7 @@ from mrgrpo.cli import (
     number,
 )
 from mrgrpo.sandbox import WALL_PER_CPU, ExecResult, Job, Limits, Verdict, run
+from mrgrpo.testset import LimitsOverride, TestSetError
 
 EXAMPLES = """examples:
   mrgrpo score --input mrgrpo/assets/apps_plus_sample.jsonl --all-tests
@@ -55,9 +56,10 @@ def _parser():
     p.add_argument("--all-tests", action="store_true", help="run every test instead of stopping at the first failure")
     p.add_argument("--limit", type=number(int, 0), default=None, help="only the first N items (default: all)")
     p.add_argument("--time-s", type=number(float, 0, low_open=True), default=None,
-                   help=f"CPU seconds per test (default: {Limits().time_s:g})")
+                   help=f"CPU seconds per test (default: each problem's own time_s, else {Limits().time_s:g})")
     p.add_argument("--wall-s", type=number(float, 0, low_open=True), default=None,
-                   help=f"wall seconds per test, at least --time-s (default: {WALL_PER_CPU:g} x --time-s)")
+                   help="wall seconds per test, at least --time-s (default: the problem's own with its own CPU limit, "
+                   f"else {WALL_PER_CPU:g} x the CPU limit)")
     p.add_argument("--memory-mb", type=number(int, 1), default=None,
                    help=f"memory per test (default: {Limits().memory_mb})")
     p.add_argument("--show", type=number(int, 0), default=20, help="list at most this many failing items")
@@ -65,15 +67,16 @@ def _parser():
     return p
 
 
-def _limits(args) -> Limits:
+def _override(args) -> LimitsOverride:
+    """The limits options as the override of every problem's own limits (`mrgrpo.testset.TestSet.limits`)."""
     time_s = Limits.of(time_s=args.time_s).time_s
     if args.wall_s is not None and args.wall_s < time_s:
         raise UsageError(f"--wall-s {args.wall_s:g} is below --time-s {time_s:g}: the CPU limit could never be "
                          f"reached (leave --wall-s out for {WALL_PER_CPU:g} x --time-s)")
-    return Limits.of(time_s=args.time_s, wall_s=args.wall_s, memory_mb=args.memory_mb)
+    return LimitsOverride(time_s=args.time_s, wall_s=args.wall_s, memory_mb=args.memory_mb)
 
 
-def _items_from_input(path: Path, args, limits: Limits) -> tuple[list[tuple[str, Job | None, str]], int]:
+def _items_from_input(path: Path, args, override: LimitsOverride) -> tuple[list[tuple[str, Job | None, str]], int]:
     """(id, job or None, reason when None) per record, and the count of records."""
     from mrgrpo.apps import Problem, read_problems
 
@@ -88,12 +91,18 @@ def _items_from_input(path: Path, args, limits: Limits) -> tuple[list[tuple[str,
         elif not rec.inputs:
             items.append((rec.source_id, None, "NO_TESTS: the record has no tests"))
         else:
-            job = rec.tests().job(rec.reference_solution, stop_on_first_failure=not args.all_tests, limits=limits)
+            tests = rec.tests()
+            try:  # the override against the problem's own limits (a wall below its CPU limit)
+                limits = tests.limits(override)
+            except TestSetError as exc:
+                items.append((rec.source_id, None, f"BAD_RECORD: {exc}"))
+                continue
+            job = tests.job(rec.reference_solution, stop_on_first_failure=not args.all_tests, limits=limits)
             items.append((rec.source_id, job, ""))
     return items, len(items)
 
 
-def _items_from_pairs(path: Path, args, limits: Limits) -> tuple[list[tuple[str, Job | None, str]], int]:
+def _items_from_pairs(path: Path, args, override: LimitsOverride) -> tuple[list[tuple[str, Job | None, str]], int]:
     from mrgrpo.apps import problem_from_record
     from mrgrpo.code_extract import extract_code
     from mrgrpo.reward import build_job
@@ -132,7 +141,7 @@ def _items_from_pairs(path: Path, args, limits: Limits) -> tuple[list[tuple[str,
                     gt = problem_from_record(obj["problem"], item_id).ground_truth()
                 else:
                     raise ValueError("needs `ground_truth` or `problem`")
-                job = build_job(gt, code, all_tests=args.all_tests, limits=limits)
+                job = build_job(gt, code, all_tests=args.all_tests, override=override)
                 if not job.inputs:
                     raise ValueError("the problem has no tests")
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -180,12 +189,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.out.is_dir():
                 raise UsageError(f"--out {args.out} is a directory: pass a .jsonl file name")
             check_writable_dir(args.out.parent, "directory of --out")
-        limits = _limits(args)
+        override = _override(args)
     except UsageError as e:
         print(f"mrgrpo score: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        items, _ = (_items_from_input if args.input else _items_from_pairs)(path, args, limits)
+        items, _ = (_items_from_input if args.input else _items_from_pairs)(path, args, override)
     except (ValueError, OSError) as e:  # the file as a whole (a broken JSON array, ...): one line naming it
         print(f"mrgrpo score: error: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -26,6 +26,11 @@ tests and in ``extra_info.public_tests`` for the public ones)::
 - ``float_tol`` (optional, present only when validation found the reference's float answers need it): the
   tolerance for non-integer expected numbers. The same value judges the public tests (feedback) and the hidden
   tests (reward): it lives in the data, not in a run-time option.
+- ``time_s`` / ``wall_s`` (optional, present only when the problem has its own limits, e.g. the dataset's time
+  limit): the per-test CPU and wall seconds. Left out, the sandbox's defaults apply (`mrgrpo.sandbox.Limits`: 4 CPU
+  seconds, and a wall of ``WALL_PER_CPU`` x the CPU limit). `TestSet.limits` is the one place they become
+  `Limits`, under the run's `LimitsOverride` (the recipe's ``mrgrpo.limits`` section), which wins over the data;
+  the agent loop (public tests) and the reward (hidden tests) both call it, so both judge a problem alike.
 
 ``TestSet`` holds the decoded form (call outputs unwrapped; an ambiguous one as a ``OneOf``), which is what
 `mrgrpo.sandbox.Job` takes.
@@ -42,17 +47,78 @@ tests and in ``extra_info.public_tests`` for the public ones)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mrgrpo.sandbox.compare import OneOf  # the sandbox's comparison type; re-exported here, where it is made
+from mrgrpo.sandbox.schema import Job, Limits
+
+# The limits a problem's tests may carry in the wire format, and those a run may override (`LimitsOverride`).
+DATA_LIMITS = ("time_s", "wall_s")
+OVERRIDE_LIMITS = ("time_s", "wall_s", "memory_mb")
 
 
 class TestSetError(ValueError):
     """A test JSON that does not follow the wire format; the message names the field and the place."""
 
     __test__ = False  # not a pytest test class
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _check_limits(values: Mapping[str, Any], where: str, error: type[Exception]) -> None:
+    """Each of ``values`` None or a number > 0 (``memory_mb`` a whole number), and a wall no lower than the CPU."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        if not _positive(value) or (name == "memory_mb" and value != int(value)):
+            kind = "a whole number of megabytes" if name == "memory_mb" else "a number of seconds"
+            raise error(f"{where}: {name} must be {kind} > 0, got {value!r}")
+    time_s, wall_s = values.get("time_s"), values.get("wall_s")
+    if time_s is not None and wall_s is not None and wall_s < time_s:
+        raise error(f"{where}: wall_s ({wall_s!r}) is below time_s ({time_s!r}): the CPU limit could never be "
+                    "reached; leave wall_s out for the sandbox's rule")
+
+
+@dataclass(frozen=True)
+class LimitsOverride:
+    """A run's override of every problem's per-test limits (None: the problem's own, else the sandbox's default).
+
+    One per run, read from the recipe's ``mrgrpo.limits`` section by the agent loop and the reward alike
+    (`from_config`); ``mrgrpo score`` and ``mrgrpo eval`` fill it from ``--time-s`` / ``--wall-s`` / ``--memory-mb``.
+
+        >>> LimitsOverride.from_config({"time_s": 1, "wall_s": None})
+        LimitsOverride(time_s=1, wall_s=None, memory_mb=None)
+    """
+
+    time_s: float | None = None
+    wall_s: float | None = None
+    memory_mb: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_limits(dataclasses.asdict(self), "limits override", ValueError)
+
+    @classmethod
+    def from_config(cls, section: Any, where: str = "mrgrpo.limits") -> LimitsOverride:
+        """From a config section (a mapping, e.g. an OmegaConf node; None: no override). A key other than
+        ``OVERRIDE_LIMITS`` or a value that is not a positive number raises, naming ``where``."""
+        if section is None:
+            return cls()
+        if isinstance(section, LimitsOverride):
+            return section
+        if not isinstance(section, Mapping) and not hasattr(section, "items"):
+            raise ValueError(f"{where} must be a mapping of {', '.join(OVERRIDE_LIMITS)}, got {section!r}")
+        given = dict(section.items())
+        unknown = sorted(set(given) - set(OVERRIDE_LIMITS))
+        if unknown:
+            raise ValueError(f"{where} has unknown keys {unknown}; known: {', '.join(OVERRIDE_LIMITS)}")
+        _check_limits(given, where, ValueError)
+        return cls(**given)
 
 
 def _as_text(value: Any, what: str) -> str:
@@ -73,6 +139,8 @@ class TestSet:
     outputs: list
     fn_name: str | None = None
     float_tol: float | None = None
+    time_s: float | None = None  # the problem's own CPU seconds per test (None: the sandbox's default)
+    wall_s: float | None = None  # the problem's own wall seconds per test (None: the sandbox's rule from the CPU)
     where: str = field(default="tests", compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -82,6 +150,7 @@ class TestSet:
             raise TestSetError(f"{self.where}: fn_name must be an identifier, got {self.fn_name!r}")
         if self.float_tol is not None and not (isinstance(self.float_tol, (int, float)) and self.float_tol >= 0):
             raise TestSetError(f"{self.where}: float_tol must be a number >= 0, got {self.float_tol!r}")
+        _check_limits({"time_s": self.time_s, "wall_s": self.wall_s}, self.where, TestSetError)
 
     def __len__(self) -> int:
         return len(self.inputs)
@@ -113,7 +182,8 @@ class TestSet:
                 outputs = [out[0] for out in outputs]
             else:  # unwrapped or mixed: `[x]` is x or [x] (see the module's docstring)
                 outputs = [OneOf(out[0], out) if isinstance(out, list) and len(out) == 1 else out for out in outputs]
-        return cls(list(inputs), list(outputs), fn_name, data.get("float_tol"), where)
+        return cls(list(inputs), list(outputs), fn_name, data.get("float_tol"), data.get("time_s"),
+                   data.get("wall_s"), where)
 
     @classmethod
     def from_json(cls, raw: str | bytes | dict, where: str = "tests") -> TestSet:
@@ -141,6 +211,9 @@ class TestSet:
             out["outputs"] = list(self.outputs)
         if self.float_tol is not None:
             out["float_tol"] = self.float_tol
+        for name in DATA_LIMITS:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
     def to_json(self) -> str:
@@ -151,17 +224,32 @@ class TestSet:
         """(the first ``k`` tests, the rest): public and hidden tests."""
         if k < 0:
             raise ValueError(f"split: k must be >= 0, got {k}")
-        head = TestSet(self.inputs[:k], self.outputs[:k], self.fn_name, self.float_tol, self.where)
-        tail = TestSet(self.inputs[k:], self.outputs[k:], self.fn_name, self.float_tol, self.where)
+        head = dataclasses.replace(self, inputs=self.inputs[:k], outputs=self.outputs[:k])
+        tail = dataclasses.replace(self, inputs=self.inputs[k:], outputs=self.outputs[k:])
         return head, tail
 
     def with_float_tol(self, float_tol: float | None) -> TestSet:
-        return TestSet(self.inputs, self.outputs, self.fn_name, float_tol, self.where)
+        return dataclasses.replace(self, float_tol=float_tol)
 
-    def job(self, code: str, *, stop_on_first_failure: bool = True, limits=None):
-        """The `mrgrpo.sandbox.Job` running ``code`` on these tests."""
-        from mrgrpo.sandbox.schema import Job, Limits
+    def limits(self, override: LimitsOverride | None = None) -> Limits:
+        """The per-test `Limits` of these tests: the override's, else the problem's own (``time_s`` / ``wall_s``
+        of the data), else the sandbox's defaults. A wall comes with its CPU limit: an override of ``time_s``
+        without ``wall_s`` drops the problem's wall for the sandbox's rule (``WALL_PER_CPU`` x the CPU limit).
 
+            >>> ts = TestSet(["1\\n"], ["1\\n"], time_s=2.0)
+            >>> ts.limits().wall_s, ts.limits(LimitsOverride(time_s=1)).wall_s, TestSet([], []).limits().time_s
+            (4.0, 2.0, 4.0)
+        """
+        o = override or LimitsOverride()
+        time_s = o.time_s if o.time_s is not None else self.time_s
+        wall_s = o.wall_s if o.wall_s is not None else (self.wall_s if o.time_s is None else None)
+        try:
+            return Limits.of(time_s=time_s, wall_s=wall_s, memory_mb=o.memory_mb)
+        except ValueError as exc:  # e.g. an override's wall below the problem's own CPU limit
+            raise TestSetError(f"{self.where}: {exc}") from None
+
+    def job(self, code: str, *, stop_on_first_failure: bool = True, limits: Limits | None = None) -> Job:
+        """The `mrgrpo.sandbox.Job` running ``code`` on these tests, under ``limits`` (default: `limits()`)."""
         return Job(code=code, inputs=list(self.inputs), outputs=list(self.outputs), fn_name=self.fn_name,
                    float_tol=self.float_tol, stop_on_first_failure=stop_on_first_failure,
-                   limits=limits or Limits())
+                   limits=limits if limits is not None else self.limits())

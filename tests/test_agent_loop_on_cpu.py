@@ -510,23 +510,44 @@ def test_public_verdicts_and_sandbox_times_per_attempt(tiny_tokenizer, sandbox):
     assert set(al.EXTRA_FIELD_KEYS) <= set(ef)
 
 
-def test_public_test_limits_come_from_the_config(tiny_tokenizer, sandbox):
+def _with_limits(**limits):
+    """The loop's config with the run's limits override ``mrgrpo.limits`` (the trainer yaml's section)."""
+    cfg = make_config(plan_source="none")
+    cfg.mrgrpo.limits = {"time_s": None, "wall_s": None, "memory_mb": None, **limits}
+    return cfg
+
+
+def test_public_test_limits_come_from_the_override(tiny_tokenizer, sandbox):
     tok = tiny_tokenizer
-    run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none", sandbox_time_s=1, sandbox_wall_s=2), make_row())
+    run(make_loop(tok, FakeServer(tok, [GOOD]), cfg=_with_limits(time_s=1, wall_s=2)), make_row())
     run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none"), make_row())
     assert (sandbox.jobs[0].limits.time_s, sandbox.jobs[0].limits.wall_s) == (1.0, 2.0)
     assert sandbox.jobs[1].limits == Limits()
 
 
+def test_public_test_limits_come_from_the_problem_unless_overridden(tiny_tokenizer, sandbox):
+    tok = tiny_tokenizer
+    own = make_row(public_tests=json.dumps({**json.loads(make_row()["extra_info"]["public_tests"]), "time_s": 1.5}))
+    run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none"), own)
+    run(make_loop(tok, FakeServer(tok, [GOOD]), cfg=_with_limits(time_s=3)), own)
+    assert [sandbox.jobs[0].limits, sandbox.jobs[1].limits] == [Limits(time_s=1.5), Limits(time_s=3)]
+
+
 def test_a_public_test_cpu_limit_alone_gets_the_sandboxs_wall_rule(tiny_tokenizer, sandbox):
     tok = tiny_tokenizer
-    run(make_loop(tok, FakeServer(tok, [GOOD]), plan_source="none", sandbox_time_s=10), make_row())
+    run(make_loop(tok, FakeServer(tok, [GOOD]), cfg=_with_limits(time_s=10)), make_row())
     assert sandbox.jobs[0].limits == Limits(time_s=10, wall_s=20)
 
 
 def test_a_public_test_wall_below_its_cpu_limit_is_refused_when_the_loop_is_built(tiny_tokenizer, sandbox):
-    with pytest.raises(ValueError, match=r"^Limits\.wall_s \(2\) is below Limits\.time_s \(3\)"):
-        make_loop(tiny_tokenizer, FakeServer(tiny_tokenizer, [GOOD]), sandbox_time_s=3, sandbox_wall_s=2)
+    with pytest.raises(ValueError, match=r"^mrgrpo\.limits: wall_s \(2\) is below time_s \(3\)"):
+        make_loop(tiny_tokenizer, FakeServer(tiny_tokenizer, [GOOD]), cfg=_with_limits(time_s=3, wall_s=2))
+
+
+def test_a_former_public_test_limit_is_refused_naming_the_new_key(tiny_tokenizer, sandbox):
+    with pytest.raises(ValueError, match=r"^PlanCodeAgentLoop: mrgrpo\.agent_loop\.sandbox_time_s is retired: set "
+                       r"mrgrpo\.limits\.time_s "):
+        make_loop(tiny_tokenizer, FakeServer(tiny_tokenizer, [GOOD]), sandbox_time_s=1)
 
 
 # ------------------------------------------------------------------ issue 17: the fakes behave as the real things

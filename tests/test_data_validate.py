@@ -383,3 +383,40 @@ def test_a_wrong_reference_with_unknown_failing_tests_is_not_decided_per_test(tm
     res = validate(path, tmp_path / "out", ValidateOptions(), runner=runner)
     assert [q["reason"] for q in res.quarantined] == ["reference_failed"] and len(runner.jobs) == 2
     assert runner.jobs[1].outputs == [1, [9], [2]]  # the list reading of the ambiguous tests 1 and 2
+
+
+def test_a_records_own_time_limit_travels_to_the_test_json_and_scales_its_reference_run(tmp_path):
+    """`time_limit` in a record (APPS+ or APPS) is the problem's own CPU limit: kept in problems.jsonl, written into
+    the test JSON of both halves by the build, and its reference runs with REFERENCE_FACTOR x it; a record without
+    one keeps the sandbox's default and the same problem hash as before the field existed."""
+    import dataclasses
+
+    from mrgrpo.data.build import make_row
+    from mrgrpo.data.runner import REFERENCE_FACTOR
+    from mrgrpo.data.validate import problem_from_dict, problem_hash
+
+    recs = [apps_plus(statement="Slow.", inputs=["1 2\n", "3 4\n"], outputs=["3\n", "7\n"], time_limit="5 seconds"),
+            apps_plus(statement="Default.")]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    runner = FakeRunner()
+    res = validate(path, tmp_path / "out", ValidateOptions(), runner=runner)
+    slow, default = res.problems
+    assert slow["time_s"] == 5.0 and "time_s" not in default
+    assert slow["public_tests"]["time_s"] == 5.0
+    assert [j.time_s for j in runner.jobs] == [REFERENCE_FACTOR * 5.0, None]
+    row = make_row(problem_from_dict(slow), slow, "", "", "train", 0)
+    assert json.loads(row["reward_model"]["ground_truth"])["time_s"] == 5.0
+    assert json.loads(row["extra_info"]["public_tests"])["time_s"] == 5.0
+    plain = problem_from_dict(default)
+    before = {k: v for k, v in dataclasses.asdict(plain).items() if k not in ("notes", "ambiguous", "time_s")}
+    assert problem_hash(plain) == store.stable_hash(before)
+
+
+@pytest.mark.parametrize("value", ["fast", -2, 0, [1], True])
+def test_a_malformed_time_limit_quarantines_the_record_naming_the_field(tmp_path, value):
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(apps_plus(time_limit=value)) + "\n")
+    res = validate(path, tmp_path / "out", ValidateOptions(), runner=FakeRunner())
+    assert res.problems == [] and [q["reason"] for q in res.quarantined] == ["schema"]
+    assert "`time_limit` must be" in res.quarantined[0]["detail"]

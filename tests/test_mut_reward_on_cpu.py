@@ -16,6 +16,7 @@ import pytest
 from mrgrpo import marker, reward
 from mrgrpo.reward import build_job, compute_score, compute_score_async
 from mrgrpo.sandbox import ExecResult, Limits, Verdict
+from mrgrpo.testset import LimitsOverride
 
 GT = {"inputs": ["1 2\n", "5 7\n"], "outputs": ["3\n", "12\n"]}
 GOOD = "a, b = map(int, input().split())\nprint(a + b)"
@@ -181,10 +182,11 @@ def test_build_job_stops_at_the_first_failure_by_default():
     assert build_job(GT, GOOD, all_tests=True).stop_on_first_failure is False
 
 
-def test_build_job_keeps_the_limits():
-    """build_job passes its limits to the job."""
-    limits = Limits(time_s=1.5, wall_s=3.0)
-    assert build_job(GT, GOOD, limits=limits).limits == limits
+def test_build_job_takes_the_override_over_the_ground_truths_own_limits():
+    """build_job judges by the ground truth's own limits unless the run's override gives them."""
+    own = {**GT, "time_s": 1.5}
+    assert build_job(own, GOOD).limits == Limits(time_s=1.5, wall_s=3.0)
+    assert build_job(own, GOOD, override=LimitsOverride(time_s=2.0, wall_s=5.0)).limits == Limits(time_s=2, wall_s=5)
 
 
 def test_build_job_errors_name_the_ground_truth():
@@ -193,13 +195,15 @@ def test_build_job_errors_name_the_ground_truth():
         build_job({"inputs": ["1\n"], "outputs": []}, GOOD)
 
 
-def test_reward_kwargs_set_the_sandbox_limits(monkeypatch):
-    """time_s / wall_s / memory_mb reach the job; unset ones keep the sandbox defaults."""
+def test_the_limits_kwarg_sets_the_sandbox_limits(monkeypatch):
+    """limits (the recipe's mrgrpo.limits) time_s / wall_s / memory_mb reach the job; unset ones keep the defaults."""
     rec = sandbox(monkeypatch)
-    compute_score("apps_plus", fenced(GOOD), GT, time_s=1.5, wall_s=3.0, memory_mb=256)
-    compute_score("apps_plus", fenced(GOOD), GT, time_s=2.0)
+    compute_score("apps_plus", fenced(GOOD), GT, limits={"time_s": 1.5, "wall_s": 3.0, "memory_mb": 256})
+    compute_score("apps_plus", fenced(GOOD), GT, limits={"time_s": 2.0, "wall_s": None, "memory_mb": None})
+    compute_score("apps_plus", fenced(GOOD), GT, limits=None)
     assert rec.jobs[0].limits == Limits(time_s=1.5, wall_s=3.0, memory_mb=256)
     assert rec.jobs[1].limits == Limits(time_s=2.0)
+    assert rec.jobs[2].limits == Limits()
 
 
 def test_job_runs_every_test_only_for_all_tests_or_partial_credit(monkeypatch):

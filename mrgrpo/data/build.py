@@ -86,7 +86,8 @@ def make_row(p: Problem, problem_row: dict, plan: str, plan_model: str, split: s
     special = list(problem_row.get("special") or [])
     # One codec (mrgrpo.testset) for both halves: the public tests (the first n_public, shown by the agent loop's
     # feedback) go to extra_info only; the reward's ground truth holds the HIDDEN tests only, so the reward and
-    # its `acc` measure what the policy never saw. float_tol (validated float answers) travels with both.
+    # its `acc` measure what the policy never saw. float_tol (validated float answers) and the problem's own
+    # time limit (time_s) travel with both.
     public, hidden = p.tests(problem_row.get("float_tol")).split(int(problem_row["n_public"]))
     if not len(hidden):
         raise ValueError(f"{p.source_id}: no hidden test left after {len(public)} public ones")

@@ -39,6 +39,25 @@ OnResult = Callable[[int, "RefOutcome"], None]
 # (the bundled sample's problem 130: ~2 CPU-s a test when idle, 4.3-6.5 at load 6-9 on a 2-core VM), and a
 # reference slowed past the reward's limit says nothing about its tests.
 REFERENCE_TIME_S = 12.0
+# A problem with its own time limit (`mrgrpo.apps.Problem.time_s`) runs its reference with this many times it
+# (never less than REFERENCE_TIME_S), for the same reason.
+REFERENCE_FACTOR = 3.0
+
+
+def reference_time_s(given: float | None, problem_time_s: float | None) -> float | None:
+    """The CPU limit of one reference run: ``given`` (``--ref-time-s``) when set, else ``REFERENCE_FACTOR`` x the
+    problem's own limit (at least ``REFERENCE_TIME_S``), else None (``REFERENCE_TIME_S`` when run).
+
+        >>> reference_time_s(5.0, 1.0), reference_time_s(None, 1.0), reference_time_s(None, 10.0)
+        (5.0, 12.0, 30.0)
+        >>> reference_time_s(None, None) is None
+        True
+    """
+    if given is not None:
+        return given
+    if problem_time_s is None:
+        return None
+    return max(REFERENCE_TIME_S, REFERENCE_FACTOR * problem_time_s)
 
 
 class ReferenceRunner(Protocol):

@@ -19,7 +19,7 @@ from typing import Any
 
 from mrgrpo.apps import Problem, RecordError, read_problems
 from mrgrpo.data import store
-from mrgrpo.data.runner import ReferenceRunner, RefJob, RefOutcome
+from mrgrpo.data.runner import ReferenceRunner, RefJob, RefOutcome, reference_time_s
 
 VALIDATE_VERSION = "validate-v3"  # bump when flags/splitting change: invalidates the stage fingerprint
 
@@ -39,7 +39,7 @@ class ValidateOptions:
     public_tests: int = 1  # at most this many tests are public; always leaves >= 1 hidden test
     run_reference: bool = True
     float_tol: float = 1e-6  # retried with this tolerance when an exact run fails on float outputs
-    time_s: float | None = None  # per-test CPU limit for reference runs (None: runner.REFERENCE_TIME_S)
+    time_s: float | None = None  # per-test CPU limit for reference runs (None: runner.reference_time_s's rule)
     dedupe: bool = True
 
     def fingerprint_dict(self) -> dict:
@@ -141,8 +141,9 @@ def problem_hash(p: Problem) -> str:
     """Hash of everything about a problem that the pipeline uses (statement, interface, tests, reference)."""
     d = dataclasses.asdict(p)
     d.pop("notes", None)
-    if not d["ambiguous"]:  # (as before the field existed)
-        del d["ambiguous"]
+    for name in ("ambiguous", "time_s"):  # (as before the fields existed, when not set)
+        if not d[name]:
+            del d[name]
     return store.stable_hash(d)
 
 
@@ -153,6 +154,8 @@ def problem_to_dict(p: Problem) -> dict:
         d["ambiguous"] = list(p.ambiguous)
     else:
         del d["ambiguous"]
+    if p.time_s is None:  # the problem's own time limit, only when it has one
+        del d["time_s"]
     return d
 
 
@@ -356,7 +359,8 @@ def validate(
 
             runner = SandboxRunner()
         cache = ReferenceCache(out_dir / "cache" / "reference_runs.jsonl")
-        jobs = [RefJob(p.reference_solution, p.inputs, p.outputs, p.fn_name, None, options.time_s) for _, p, _ in kept]
+        jobs = [RefJob(p.reference_solution, p.inputs, p.outputs, p.fn_name, None,
+                       reference_time_s(options.time_s, p.time_s)) for _, p, _ in kept]
         outcomes, n_runs = run_references(jobs, runner, cache, progress, force)
         # Float answers: retry failures with a tolerance; such problems get the needs_float_tol flag.
         retry = [i for i, o in enumerate(outcomes) if o.verdict == "WA" and "float_output" in kept[i][2]]

@@ -35,6 +35,9 @@ from mrgrpo.eval.checks import (
 from mrgrpo.eval.engine import EngineStartError
 from mrgrpo.eval.passk import parse_ks
 from mrgrpo.first_turn import PLAN_SOURCES
+from mrgrpo.reward import RETIRED_KWARGS
+from mrgrpo.sandbox import WALL_PER_CPU, Limits
+from mrgrpo.testset import LimitsOverride
 
 EXIT_ENGINE = 3
 
@@ -91,9 +94,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-loop-config", default=None,
                    help="agent-loop yaml (default: mrgrpo/config/agent_loop.yaml, shipped in the package)")
     p.add_argument("--reward-kwargs", default="{}",
-                   help="JSON: the run's reward.custom_reward_function.reward_kwargs (sandbox limits, weights; acc "
-                   "does not depend on the weights). Its time_s / wall_s are the per-test limits of the public tests "
-                   "(the loop's) as well as of the hidden tests (default: the sandbox's, wall from the CPU limit)")
+                   help="JSON: the run's reward.custom_reward_function.reward_kwargs (weights, partial credit; acc "
+                   "does not depend on the weights), without the limits: those are --time-s, --wall-s, --memory-mb")
+    p.add_argument("--time-s", type=number(float, 0, low_open=True), default=None,
+                   help="CPU seconds per test, public (the loop's) and hidden (the reward's) alike: the run's "
+                   "mrgrpo.limits.time_s (default: each problem's own time_s, else the sandbox's "
+                   f"{Limits().time_s:g})")
+    p.add_argument("--wall-s", type=number(float, 0, low_open=True), default=None,
+                   help="wall seconds per test, at least the CPU limit: mrgrpo.limits.wall_s (default: the "
+                   f"problem's own with its own CPU limit, else {WALL_PER_CPU:g} x the CPU limit)")
+    p.add_argument("--memory-mb", type=number(int, 1), default=None,
+                   help=f"memory per test: mrgrpo.limits.memory_mb (default: the sandbox's {Limits().memory_mb})")
     p.add_argument("--merged-dir", default=None,
                    help="where a verl checkpoint is merged to HF (default: OUT/merged_hf)")
     p.add_argument("--seed", type=int, default=0, help="vLLM engine seed (default: 0)")
@@ -145,8 +156,8 @@ def resolve_model(model: str, merged_dir: Path) -> tuple[Path, str]:
     return materialize(model_source(model), merged_dir)
 
 
-def check_options(args: argparse.Namespace) -> tuple[list[int], dict]:
-    """(ks, reward_kwargs) from the options argparse cannot check alone."""
+def check_options(args: argparse.Namespace) -> tuple[list[int], dict, LimitsOverride]:
+    """(ks, reward_kwargs, limits override) from the options argparse cannot check alone."""
     try:
         ks = parse_ks(args.k, args.n)
     except ValueError as exc:
@@ -157,8 +168,18 @@ def check_options(args: argparse.Namespace) -> tuple[list[int], dict]:
         raise UsageError(f"--reward-kwargs is not JSON ({exc}): {args.reward_kwargs!r}") from None
     if not isinstance(reward_kwargs, dict):
         raise UsageError(f"--reward-kwargs must be a JSON object, got {args.reward_kwargs!r}")
+    limit_keys = sorted(set(reward_kwargs) & {*RETIRED_KWARGS, "limits"})
+    if limit_keys:
+        options = ", ".join(f"--{k.replace('_', '-')}" for k in RETIRED_KWARGS)
+        raise UsageError(f"--reward-kwargs {limit_keys[0]}: the per-test limits are {options} (one override for the "
+                         "public and the hidden tests), not reward kwargs")
+    time_s = args.time_s if args.time_s is not None else Limits().time_s
+    if args.wall_s is not None and args.wall_s < time_s:
+        raise UsageError(f"--wall-s {args.wall_s:g} is below --time-s {time_s:g}: the CPU limit could never be "
+                         f"reached (leave --wall-s out for {WALL_PER_CPU:g} x --time-s)")
+    limits = LimitsOverride(time_s=args.time_s, wall_s=args.wall_s, memory_mb=args.memory_mb)
     check_file_option(args.agent_loop_config, "--agent-loop-config")
-    return ks, reward_kwargs
+    return ks, reward_kwargs, limits
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The command after argparse: checks first (UsageError, before any heavy import), then the work."""
-    ks, reward_kwargs = check_options(args)
+    ks, reward_kwargs, limits = check_options(args)
     data = check_data(args.data, args.plan_source, args.limit)
     source = model_source(args.model)
     check_vllm()
@@ -199,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, plan_source=args.plan_source,
         rounds=args.rounds, max_prompt_length=args.max_prompt_length, max_response_length=args.max_response_length,
         limit=args.limit, concurrency=args.concurrency, enable_thinking=args.enable_thinking,
-        agent_loop_config=args.agent_loop_config, reward_kwargs=reward_kwargs,
+        agent_loop_config=args.agent_loop_config, reward_kwargs=reward_kwargs, limits=limits,
     )
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))

@@ -26,13 +26,15 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mrgrpo.code_extract import extract_code
 from mrgrpo.config import AGENT_LOOP_YAML, recipe_settings
 from mrgrpo.data.build import AGENT_NAME
 from mrgrpo.first_turn import PLAN_SOURCES
+from mrgrpo.reward import RETIRED_KWARGS
+from mrgrpo.testset import LimitsOverride
 
 DEFAULT_AGENT_LOOP_YAML = AGENT_LOOP_YAML
 
@@ -52,8 +54,10 @@ class EvalSettings:
     enable_thinking: bool = False
     logprobs: bool = False
     agent_loop_config: str | None = None  # the agent-loop yaml (names the class); None: the recipe's
-    # reward.custom_reward_function.reward_kwargs of the run; its time_s / wall_s limit the public tests too
+    # reward.custom_reward_function.reward_kwargs of the run (weights, ...), without the limits:
     reward_kwargs: dict = field(default_factory=dict)
+    # the run's per-test limits override (the recipe's mrgrpo.limits): public and hidden tests alike
+    limits: LimitsOverride = field(default_factory=LimitsOverride)
 
     def __post_init__(self):
         if self.plan_source is None:
@@ -64,6 +68,15 @@ class EvalSettings:
             raise ValueError(f"--n must be >= 1, got {self.n}")
         if self.concurrency < 1:
             raise ValueError(f"--concurrency must be >= 1, got {self.concurrency}")
+        limit_keys = sorted(set(self.reward_kwargs) & {*RETIRED_KWARGS, "limits"})
+        if limit_keys:
+            raise ValueError(f"reward_kwargs {limit_keys}: the per-test limits are EvalSettings.limits (--time-s, "
+                             "--wall-s, --memory-mb), one override for the public and the hidden tests")
+
+    def score_kwargs(self) -> dict:
+        """The keyword arguments of `mrgrpo.reward.compute_score` for this run: ``reward_kwargs`` plus ``limits``,
+        as the trainer yaml passes them."""
+        return {**self.reward_kwargs, "limits": asdict(self.limits)}
 
 
 @dataclass
@@ -91,9 +104,8 @@ class SampleRecord:
 
 def trainer_config(settings: EvalSettings):
     """The part of verl's trainer config that the loop and the dataset read, as the recipe sets it (the loop's
-    settings: the recipe trainer yaml's ``mrgrpo.agent_loop``, with this run's plan source and rounds, and the
-    public tests' limits from ``reward_kwargs`` time_s / wall_s when given: one pair of limits for both kinds of
-    tests, as the recipe's profiles set them)."""
+    settings: the recipe trainer yaml's ``mrgrpo.agent_loop``, with this run's plan source and rounds; and
+    ``mrgrpo.limits``, this run's limits override, which `score_kwargs` gives the reward too)."""
     from omegaconf import OmegaConf
 
     chat_kwargs = {"enable_thinking": bool(settings.enable_thinking)}
@@ -122,9 +134,8 @@ def trainer_config(settings: EvalSettings):
                 "shuffle": False,
             },
             "mrgrpo": {"agent_loop": {**recipe_settings(), "plan_source": settings.plan_source,
-                                      **({} if settings.rounds is None else {"rounds": settings.rounds}),
-                                      **{f"sandbox_{k}": settings.reward_kwargs[k] for k in ("time_s", "wall_s")
-                                         if settings.reward_kwargs.get(k) is not None}}},
+                                      **({} if settings.rounds is None else {"rounds": settings.rounds})},
+                       "limits": asdict(settings.limits)},
         }
     )
 
@@ -260,7 +271,7 @@ async def run_sample(row: dict, sample: int, server, tokenizer, settings: EvalSe
     extra_info["rollout_reward_scores"] = {}
     solution_str = tokenizer.decode(output.response_ids, skip_special_tokens=True)
     aio = asyncio.get_running_loop()
-    final = await aio.run_in_executor(None, lambda: _score(row, extra_info, solution_str, settings.reward_kwargs))
+    final = await aio.run_in_executor(None, lambda: _score(row, extra_info, solution_str, settings.score_kwargs()))
 
     attempts = int(ef.get("attempts") or 0)
     programs = attempt_programs(recorder.generations, attempts, tokenizer, loop.eos_ids)
@@ -273,7 +284,8 @@ async def run_sample(row: dict, sample: int, server, tokenizer, settings: EvalSe
         first_score = {"verdict": "NO_CODE", "acc": 0.0}
     else:
         info1 = {**extra_info, "final_code": first or ""}
-        first_score = await aio.run_in_executor(None, lambda: _score(row, info1, solution_str, settings.reward_kwargs))
+        first_score = await aio.run_in_executor(None, lambda: _score(row, info1, solution_str,
+                                                                     settings.score_kwargs()))
     info = row.get("extra_info") or {}
     return SampleRecord(
         problem_id=problem_id(info),
