@@ -32,6 +32,7 @@ import time
 import pytest
 
 from mrgrpo.sandbox import launcher as worker
+from mrgrpo.sandbox import protocol
 
 # ---- _run_program in this process
 
@@ -526,14 +527,14 @@ def test_send_and_recv_round_trip_with_raw_buffers():
         os.close(src)
         part = out.parts[0]
         with _no_hang():
-            worker.send(w, {"exit": 0}, [out, worker._Chunks(cap=100)])
+            protocol.send(w, {"exit": 0}, [out, worker._Chunks(cap=100)])
         assert bytes(part) == bytes(5) and out.parts == []
         os.close(w)
         w = -1
         with _no_hang():
-            assert worker.recv(r) == {"exit": 0, "raw": [5, 0]}
+            assert protocol.recv(r) == {"exit": 0, "raw": [5, 0]}
             assert os.read(r, 100) == b"hello"
-            assert worker.recv(r) is None  # EOF between messages
+            assert protocol.recv(r) is None  # EOF between messages
     finally:
         os.close(r)
         if w != -1:
@@ -558,12 +559,12 @@ def test_send_goes_on_after_partial_writes_and_past_iov_max(monkeypatch):
         first = bytes(views[0])[:7] if len(calls) % 2 else b"".join(bytes(v) for v in views[:5])[:11]
         return real_writev(fd, [first])
 
-    monkeypatch.setattr(worker.os, "writev", short_writev)
+    monkeypatch.setattr(protocol.os, "writev", short_writev)
     with tempfile.TemporaryFile() as f:
-        worker.send(f.fileno(), {"exit": 0}, bufs)
+        protocol.send(f.fileno(), {"exit": 0}, bufs)
         f.seek(0)
         data = f.read()
-    body_len = worker._HEADER.unpack(data[:8])[0]
+    body_len = protocol.HEADER.unpack(data[:8])[0]
     msg = marshal.loads(data[8:8 + body_len])
     assert msg == {"exit": 0, "raw": [sum(map(len, pieces[i:i + 1000])) for i in range(0, 3000, 1000)]}
     assert data[8 + body_len:] == b"".join(pieces)
@@ -574,21 +575,21 @@ def test_send_goes_on_after_partial_writes_and_past_iov_max(monkeypatch):
 def test_recv_of_a_truncated_message_raises():
     """recv raises EOFError when the stream ends inside a header or a body."""
     body = marshal.dumps({"a": 1})
-    for data in (worker._HEADER.pack(len(body)) + body[:-1], worker._HEADER.pack(len(body))[:3]):
+    for data in (protocol.HEADER.pack(len(body)) + body[:-1], protocol.HEADER.pack(len(body))[:3]):
         r = _pipe_with(data)
         try:
             with pytest.raises(EOFError, match="^truncated message$"):
-                worker.recv(r)
+                protocol.recv(r)
         finally:
             os.close(r)
 
 
 def test_recv_of_a_header_without_its_body_raises():
     """recv raises EOFError when the stream ends right after a header."""
-    r = _pipe_with(worker._HEADER.pack(10))
+    r = _pipe_with(protocol.HEADER.pack(10))
     try:
         with pytest.raises(EOFError, match="^truncated message$"):
-            worker.recv(r)
+            protocol.recv(r)
     finally:
         os.close(r)
 
@@ -601,7 +602,7 @@ def test_large_messages_are_read_in_full_and_alone():
     def write():
         try:
             for payload in payloads:
-                worker.send(w, payload)
+                protocol.send(w, payload)
         except OSError:  # the reader gave up
             pass
         finally:
@@ -611,7 +612,7 @@ def test_large_messages_are_read_in_full_and_alone():
     writer.start()
     try:
         with _no_hang():
-            assert [worker.recv(r), worker.recv(r), worker.recv(r)] == [*payloads, None]
+            assert [protocol.recv(r), protocol.recv(r), protocol.recv(r)] == [*payloads, None]
     finally:
         os.close(r)  # a writer still blocked on the pipe gets EPIPE and ends
         writer.join()
@@ -622,11 +623,11 @@ def test_recv_reads_exactly_one_message_from_a_file(tmp_path):
     path = tmp_path / "messages"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     try:
-        worker.send(fd, {"v": "x" * (3 << 20)})
-        worker.send(fd, {"next": 1})
+        protocol.send(fd, {"v": "x" * (3 << 20)})
+        protocol.send(fd, {"next": 1})
         os.lseek(fd, 0, os.SEEK_SET)
-        assert worker.recv(fd) == {"v": "x" * (3 << 20)}
-        assert worker.recv(fd) == {"next": 1} and worker.recv(fd) is None
+        assert protocol.recv(fd) == {"v": "x" * (3 << 20)}
+        assert protocol.recv(fd) == {"next": 1} and protocol.recv(fd) is None
     finally:
         os.close(fd)
 
@@ -1136,11 +1137,12 @@ def test_zygote_cgroup_cpu_at_the_limit_is_not_over_it(zygote):
 
 
 def test_the_usual_control_message_is_the_bytes_the_runner_knows():
-    """A stdio program that ran to its end writes bytes made once; the runner matches them without parsing JSON."""
+    """A stdio program that ran to its end writes bytes made once (protocol.CTL_OK); the runner matches the same
+    bytes without parsing JSON."""
     from mrgrpo.sandbox import runner
 
-    assert worker._CTL_OK == runner._CTL_OK
-    assert json.loads(worker._CTL_OK) == {"kind": "ok"}
+    assert runner.CTL_OK is protocol.CTL_OK
+    assert json.loads(protocol.CTL_OK) == protocol.OK == {"kind": "ok"}
 
 
 @pytest.mark.parametrize("kind,cpu_text,events_name,events_text,cpu_ns,ooms", [

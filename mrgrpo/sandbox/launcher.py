@@ -37,6 +37,7 @@ import types
 import warnings
 
 from . import isolation as iso
+from .protocol import CTL_OK, OK, recv, send
 
 # Imported once here so that each forked test gets them for free.
 _PRELOAD = ("math", "collections", "heapq", "bisect", "itertools", "functools", "typing", "string", "re",
@@ -59,9 +60,6 @@ _PREAMBLE_FROM = {
     "math": ("inf", "gcd", "sqrt", "ceil", "floor", "log", "log2", "comb", "factorial"),
 }
 
-_HEADER = struct.Struct("<Q")
-_OK = {"kind": "ok"}  # the control message of a stdio program that ran to its end ...
-_CTL_OK = json.dumps(_OK).encode()  # ... written as these bytes, made once (runner.py knows them too)
 _SETUP_FAILED = 70  # exit status of a child whose isolation setup failed (it never wrote the ready byte)
 _STDERR_KEEP = 8192
 _STDERR_SMALL = 512  # a stderr read joins the previous one while that is shorter than this (`_Chunks.read_from`)
@@ -140,65 +138,6 @@ def _read_to_end(chunks: _Chunks, fd: int) -> int:
     while chunks.read_from(fd):
         pass
     return 0
-
-
-def send(fd: int, obj, buffers: list[_Chunks] = ()) -> None:
-    """A framed marshal message; then, for each buffer, its length in the message and its raw bytes (wiped)."""
-    # Plain loops, no comprehensions: each comprehension is a function of its own that the zygote would touch
-    # (and so copy on write) after every test's fork.
-    parts, raw = [], []
-    for b in buffers:
-        n = 0
-        for p in b.parts:
-            parts.append(p)
-            n += len(p)
-        raw.append(n)
-    if buffers:
-        obj = dict(obj, raw=raw)
-    data = marshal.dumps(obj)
-    views = [memoryview(_HEADER.pack(len(data)) + data)]
-    for p in parts:
-        if p:
-            views.append(memoryview(p))
-    try:
-        # One writev for the whole reply (the usual case): one system call here, one wake-up of the judging
-        # process, which reads it in one go. At most IOV_MAX (1024) pieces a call; a partial write goes on from
-        # where it stopped.
-        while views:
-            n = os.writev(fd, views[:1024])
-            while views and n >= len(views[0]):
-                n -= len(views[0])
-                del views[0]
-            if n:
-                views[0] = views[0][n:]
-    finally:
-        for b in buffers:
-            b.wipe()
-
-
-def recv(fd: int):
-    """One framed message, or None at EOF."""
-    head = _read_exact(fd, _HEADER.size)
-    if head is None:
-        return None
-    (size,) = _HEADER.unpack(head)
-    body = _read_exact(fd, size)
-    if body is None:
-        raise EOFError("truncated message")
-    return marshal.loads(body)
-
-
-def _read_exact(fd: int, size: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < size:
-        chunk = os.read(fd, min(size - got, 1 << 20))
-        if not chunk:
-            if got == 0:
-                return None
-            raise EOFError("truncated message")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
 
 
 # ---------------------------------------------------------------- launcher
@@ -1229,7 +1168,7 @@ def _run_program(code, req, main_module, streams) -> None:
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams
     sys.modules["__main__"] = main_module
     call_mode = req["mode"] == "call"
-    status, ctl = 0, _OK
+    status, ctl = 0, OK
     try:
         try:
             exec(code, main_module.__dict__)
@@ -1263,7 +1202,7 @@ def _run_program(code, req, main_module, streams) -> None:
         except BaseException:
             pass
     try:
-        data = _CTL_OK if ctl is _OK else json.dumps(ctl).encode()
+        data = CTL_OK if ctl is OK else json.dumps(ctl).encode()
         view = memoryview(data)
         while view:
             view = view[os.write(3, view):]

@@ -16,7 +16,6 @@ import os
 import queue
 import select
 import signal
-import struct
 import subprocess
 import sys
 import sysconfig
@@ -26,6 +25,7 @@ import time
 from contextlib import contextmanager
 
 from . import admission, isolation
+from .protocol import HEADER, RAW_FIELDS
 
 logger = logging.getLogger("mrgrpo.sandbox")
 
@@ -39,7 +39,6 @@ _BOOT = ("import importlib.util as u, sys\n"
          "m = u.module_from_spec(s)\n"
          "s.loader.exec_module(m)\n"
          "m.main(sys.argv[2])\n")
-_HEADER = struct.Struct("<Q")
 _START_TIMEOUT_S = 60.0
 TMPFS_BYTES = 64 << 20  # per slot: all files of the running test together (tmpfs size)
 TMPFS_INODES = 4096
@@ -165,7 +164,7 @@ class Slot:
         if self.proc is None:
             self.start()
         body = marshal.dumps(req)
-        data = memoryview(_HEADER.pack(len(body)) + body)
+        data = memoryview(HEADER.pack(len(body)) + body)
         try:
             fd = self.proc.stdin.fileno()
             while data:  # one write for a request that fits the pipe (almost all); the rest as the worker reads
@@ -175,11 +174,12 @@ class Slot:
         return self._recv(time.monotonic() + timeout_s)
 
     def _recv(self, deadline: float) -> dict:
-        head = self._read_exact(_HEADER.size, deadline)
-        (size,) = _HEADER.unpack(head)
+        head = self._read_exact(HEADER.size, deadline)
+        (size,) = HEADER.unpack(head)
         msg = marshal.loads(self._read_exact(size, deadline))
         if "raw" in msg:  # stdout, stderr, control channel of a test, sent raw after the message
-            msg["out"], msg["err"], msg["ctl"] = (self._read_exact(n, deadline) for n in msg.pop("raw"))
+            for key, n in zip(RAW_FIELDS, msg.pop("raw"), strict=True):
+                msg[key] = self._read_exact(n, deadline)
         return msg
 
     def _read_exact(self, size: int, deadline: float) -> bytes:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .admission import admitted
 from .compare import json_size, parse_json_value, stdout_equal, value_too_long, values_equal
 from .pool import SandboxFailure, Slot, get_pool
+from .protocol import CTL_OK
 from .schema import ExecResult, Job, TestResult, Verdict
 
 logger = logging.getLogger("mrgrpo.sandbox")
@@ -30,7 +31,6 @@ _REPLY_GRACE_S = 20.0  # on top of the wall cap before a silent worker counts as
 # last attempt is INFRA (the node is overloaded), never TLE.
 _WALL_STRETCH = (4.0, 8.0)
 _code_ids = itertools.count(1)
-_CTL_OK = b'{"kind": "ok"}'  # what the worker's test process writes to the control channel after a stdio program
 
 
 def _limits_dict(job: Job) -> dict:
@@ -126,7 +126,7 @@ def _judge(job: Job, index: int, reply: dict) -> TestResult:
             ctl_cap += 8 * json_size(job.outputs[index])
         except (TypeError, ValueError, RecursionError):
             ctl_cap = len(reply["ctl"])
-    if reply["ctl"] == _CTL_OK:  # a stdio program that ran to its end: the usual message, not parsed again
+    if reply["ctl"] == CTL_OK:  # a stdio program that ran to its end: the usual message, not parsed again
         ctl = {"kind": "ok"}
     elif reply["ctl"] and len(reply["ctl"]) <= ctl_cap:
         try:
@@ -178,10 +178,14 @@ def _judge(job: Job, index: int, reply: dict) -> TestResult:
     return result(Verdict.AC if values_equal(job.outputs[index], actual, job.float_tol) else Verdict.WA)
 
 
-def _failure_detail(test: TestResult) -> str:
+def failure_detail(test: TestResult) -> str:
+    """The job's detail for its first failing test: its index, verdict and the last line of its stderr."""
     last_line = next((line for line in reversed(test.stderr.strip().splitlines()) if line.strip()), "")
     text = f"test {test.index}: {test.verdict.value}"
     return f"{text}: {last_line[:300]}" if last_line else text
+
+
+_failure_detail = failure_detail  # its name before it was public (the agent loop's fakes use it)
 
 
 def run(job: Job) -> ExecResult:
@@ -225,7 +229,7 @@ def run(job: Job) -> ExecResult:
             test = _judge(job, index, reply)
             tests.append(test)
             if test.verdict is not Verdict.AC and verdict is Verdict.AC:
-                verdict, detail = test.verdict, _failure_detail(test)
+                verdict, detail = test.verdict, failure_detail(test)
                 if job.stop_on_first_failure:
                     break
     passed = sum(t.verdict is Verdict.AC for t in tests)
