@@ -692,7 +692,7 @@ class FakeCgroup:
 def zygote(tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "_reap_all", _no_init)
     monkeypatch.setattr(worker, "os", _SafeOs())
-    monkeypatch.setattr(worker.iso, "fork", os.fork)  # this process may have threads: CPython's fork, not libc's
+    monkeypatch.setattr(worker, "fork", os.fork)  # this process may have threads: CPython's fork, not libc's
     cfg = {
         "slot_dir": str(tmp_path),
         "uid": None,
@@ -937,13 +937,13 @@ def _waited(zygote, monkeypatch, wait):
         return wait(time.monotonic() - started[0])
 
     monkeypatch.setattr(zygote, "_cpu_wait", fake)
-    fork = worker.iso.fork
+    fork = worker.fork
 
     def forking():
         started.append(time.monotonic())
         return fork()
 
-    monkeypatch.setattr(worker.iso, "fork", forking)
+    monkeypatch.setattr(worker, "fork", forking)
 
 
 def test_zygote_a_sleeping_test_is_killed_at_the_wall_limit_even_with_a_cap(zygote, monkeypatch):

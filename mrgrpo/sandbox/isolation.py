@@ -10,30 +10,22 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import resource
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-CLONE_NEWNS = 0x00020000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
-
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_NOEXEC = 8
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
-MNT_DETACH = 2
-
-PR_SET_PDEATHSIG = 1
-PR_SET_NO_NEW_PRIVS = 38
+from .libc import (
+    CLONE_NEWUSER,
+    LIBC,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_RDONLY,
+    MS_REC,
+    check,
+    mount,
+    set_no_new_privs,
+    umount,
+)
 
 # Generic syscall numbers (identical on x86_64 and aarch64 for these recent calls).
-SYS_close_range = 436
 SYS_landlock_create_ruleset = 444
 SYS_landlock_add_rule = 445
 SYS_landlock_restrict_self = 446
@@ -64,194 +56,12 @@ _LL_CREATE_RULESET_VERSION = 1
 _LL_FILE_RIGHTS = LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_TRUNCATE | LL_IOCTL_DEV
 
 
-def _check(ret: int, what: str) -> int:
-    if ret == -1:
-        _raise(what)
-    return ret
-
-
-def _raise(what: str):
-    err = ctypes.get_errno()
-    raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-# The calls a zygote makes for every test are prototyped once and build their error message only on failure: no
-# ctypes argument objects or strings per call. Every object the zygote writes while a test runs, or after one, costs
-# it a copy-on-write fault (the fork write-protected all its pages).
-_libc.fork.argtypes = ()
-_libc.unshare.argtypes = (ctypes.c_int,)
-_libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
-_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
-_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
-# ... and bound to names of their own here, in the zygote: a CDLL attribute is made on first use (its class's
-# __getattr__ builds the function object), and a first use in a test process built it anew in every test (capset:
-# ~60 pages copied per test).
-_fork, _unshare, _setns, _mount, _umount2 = _libc.fork, _libc.unshare, _libc.setns, _libc.mount, _libc.umount2
-_capset = _libc.capset
-
-
-def fork() -> int:
-    """fork(2) straight from libc, without CPython's at-fork work (`os.fork` re-initialises thread states and runs
-    every registered at-fork callback, e.g. random's reseed and threading's bookkeeping, in the child: ~160 pages
-    copied on write and ~0.4 ms of CPU per test here). Only for a process with one thread (the zygote): then there
-    is no other thread whose state or locks the child could inherit half-way."""
-    pid = _fork()
-    if pid == -1:
-        _raise("fork")
-    return pid
-
-
-def unshare(flags: int) -> None:
-    if _unshare(flags) == -1:
-        _raise(f"unshare({flags:#x})")
-
-
-def setns(fd: int, nstype: int) -> None:
-    if _setns(fd, nstype) == -1:
-        _raise("setns")
-
-
-def mount(source: str | bytes, target: str | bytes, fstype: str | bytes | None, flags: int,
-          data: str | bytes | None = None) -> None:
-    """mount(2); bytes arguments go to libc as they are (a caller that mounts often encodes its constants once)."""
-    if _mount(source.encode() if type(source) is str else source,
-              target.encode() if type(target) is str else target,
-              fstype.encode() if type(fstype) is str else fstype or None, flags,
-              data.encode() if type(data) is str else data or None) == -1:
-        _raise(f"mount {os.fsdecode(fstype or source)} on {os.fsdecode(target)}")
-
-
-def umount(target: str | bytes) -> None:
-    if _umount2(target.encode() if type(target) is str else target, MNT_DETACH) == -1:
-        _raise(f"umount {os.fsdecode(target)}")
-
-
-def current_cpu() -> int:
-    """The CPU this thread runs on now (sched_getcpu: the vDSO, no system call)."""
-    return _libc.sched_getcpu()
-
-
-def prctl(option: int, arg: int) -> None:
-    _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0)), f"prctl({option})")
-
-
-def map_user_namespace(uid: int, gid: int) -> None:
-    """After unshare(CLONE_NEWUSER): map root inside the namespace to our own uid/gid outside."""
-    with open("/proc/self/setgroups", "w") as f:
-        f.write("deny")
-    with open("/proc/self/uid_map", "w") as f:
-        f.write(f"0 {uid} 1")
-    with open("/proc/self/gid_map", "w") as f:
-        f.write(f"0 {gid} 1")
-
-
-def close_fds_from(first: int) -> None:
-    if _libc.syscall(ctypes.c_long(SYS_close_range), ctypes.c_uint(first), ctypes.c_uint(0xFFFFFFFF),
-                     ctypes.c_uint(0)) == -1:
-        os.closerange(first, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-def drop_capabilities() -> None:
-    """Clear the effective, permitted and inheritable sets (ambient follows). Used for root of a user namespace."""
-    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-    data = (_CapData * 2)()
-    _check(_capset(ctypes.byref(header), ctypes.byref(data)), "capset")
-
-
-PR_SET_KEEPCAPS = 8
-PR_CAPBSET_DROP = 24
-CAP_DAC_READ_SEARCH = 2
-
-
-def prepare_drop_to_user(keep_read_search: bool) -> None:
-    """Root only, once in the zygote: no supplementary groups, and (with `keep_read_search`) keep the permitted
-    capabilities across the uid change each test process makes (`drop_to_user_calls`). Both are inherited by fork,
-    so no test process pays for them. Without `keep_read_search` the uid change clears the permitted, effective and
-    ambient sets (`clear_inheritable_and_bounding` has cleared the others)."""
-    os.setgroups([])
-    if keep_read_search:
-        prctl(PR_SET_KEEPCAPS, 1)
-
-
-def clear_inheritable_and_bounding() -> None:
-    """Once in the zygote (root, or root of a user namespace): an empty inheritable set and bounding set, which fork
-    passes on and no uid change clears. The zygote keeps its effective and permitted sets (it still mounts), and
-    never executes a program, for which alone the bounding set counts."""
-    header = _CapHeader(0x20080522, 0)
-    data = (_CapData * 2)()
-    _check(_libc.capget(ctypes.byref(header), ctypes.byref(data)), "capget")
-    data[0].inheritable = data[1].inheritable = 0
-    _check(_capset(ctypes.byref(header), ctypes.byref(data)), "capset")
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as f:
-            last = int(f.read())
-    except OSError:
-        last = 63
-    for cap in range(last + 1):
-        if _libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(cap), _ULONG0, _ULONG0, _ULONG0) == -1 \
-                and ctypes.get_errno() != 22:  # EINVAL: a capability this kernel does not know
-            _raise(f"prctl(PR_CAPBSET_DROP, {cap})")
-
-
-def drop_to_user_calls(uid: int, gid: int, keep_read_search: bool) -> tuple:
-    """Root only, after `prepare_drop_to_user` in this process or an ancestor: the (call, arguments) pairs that make
-    a process uid/gid with no capabilities, except CAP_DAC_READ_SEARCH when `keep_read_search` (so that an
-    interpreter under /root, mode 0700, stays importable; Landlock, when available, then alone decides what may be
-    read). Made once (the zygote); each test process makes the calls."""
-    calls = [(os.setresgid, (gid, gid, gid)), (os.setresuid, (uid, uid, uid))]
-    if keep_read_search:
-        calls.append((set_capabilities, capset_read_search()))
-    return tuple(calls)
-
-
-def set_capabilities(header, data) -> None:
-    _check(_capset(header, data), "capset")
-
-
-@functools.cache
-def capset_read_search() -> tuple:
-    """capset(2) arguments for "CAP_DAC_READ_SEARCH only", built once per process (the zygote), not per test."""
-    header = _CapHeader(0x20080522, 0)
-    data = (_CapData * 2)()
-    data[0].effective = data[0].permitted = 1 << CAP_DAC_READ_SEARCH
-    return ctypes.pointer(header), ctypes.pointer(data)
-
-
-def rlimit_calls(*, cpu_s: int, data_bytes: int, as_bytes: int, stack_bytes: int, fsize_bytes: int,
-                 nofile: int, nproc: int | None) -> tuple:
-    """The (setrlimit, (resource, (soft, hard))) calls that set these limits; made once per set of limits by the
-    zygote, so that a test process only makes the calls (it inherits the stack's hard limit read here)."""
-    # soft == hard: the kernel sends SIGKILL (SIGXCPU alone would be ignored by the PID 1 of a namespace)
-    _soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
-    if hard != resource.RLIM_INFINITY:
-        stack_bytes = min(stack_bytes, hard)
-    plan = [(resource.RLIMIT_CPU, (cpu_s, cpu_s)),
-            (resource.RLIMIT_DATA, (data_bytes, data_bytes)),
-            (resource.RLIMIT_AS, (as_bytes, as_bytes)),
-            (resource.RLIMIT_STACK, (stack_bytes, hard)),
-            (resource.RLIMIT_FSIZE, (fsize_bytes, fsize_bytes)),
-            (resource.RLIMIT_NOFILE, (nofile, nofile)),
-            (resource.RLIMIT_CORE, (0, 0))]
-    if nproc is not None:
-        plan.append((resource.RLIMIT_NPROC, (nproc, nproc)))
-    return tuple((resource.setrlimit, pair) for pair in plan)
-
-
 # ---------------------------------------------------------------- Landlock
 
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 when Landlock is unavailable or disabled."""
-    ret = _libc.syscall(ctypes.c_long(SYS_landlock_create_ruleset), None, ctypes.c_size_t(0),
+    ret = LIBC.syscall(ctypes.c_long(SYS_landlock_create_ruleset), None, ctypes.c_size_t(0),
                         ctypes.c_uint32(_LL_CREATE_RULESET_VERSION))
     if ret < 0:
         return 0
@@ -302,11 +112,11 @@ class LandlockRules:
         """A Landlock ruleset (a descriptor) of the rules plus (fd, rights). One made in the zygote serves every test
         process (`restrict_self`), when the directory its tests write is the same in each (see worker.py)."""
         self.extra.allowed_access, self.extra.parent_fd = rights & self.fs, fd
-        ruleset = _check(_libc.syscall(_SYS_CREATE, ctypes.byref(self.attr), self.size, _ZERO),
+        ruleset = check(LIBC.syscall(_SYS_CREATE, ctypes.byref(self.attr), self.size, _ZERO),
                          "landlock_create_ruleset")
         try:
             for rule in self.rules + [self.extra]:
-                _check(_libc.syscall(_SYS_ADD, ruleset, _LL_RULE_PATH_BENEATH, ctypes.byref(rule), _ZERO),
+                check(LIBC.syscall(_SYS_ADD, ruleset, _LL_RULE_PATH_BENEATH, ctypes.byref(rule), _ZERO),
                        "landlock_add_rule")
         except BaseException:
             os.close(ruleset)
@@ -325,7 +135,7 @@ class LandlockRules:
 def restrict_self(ruleset: int) -> None:
     """Restrict this process (and its future children) to a Landlock ruleset; for good: a domain only narrows.
     Needs no_new_privs (the zygote sets it once: `set_no_new_privs`, or with the seccomp filter) or CAP_SYS_ADMIN."""
-    _check(_libc.syscall(_SYS_RESTRICT, ruleset, _ZERO), "landlock_restrict_self")
+    check(LIBC.syscall(_SYS_RESTRICT, ruleset, _ZERO), "landlock_restrict_self")
 
 
 _SYS_CREATE = ctypes.c_long(SYS_landlock_create_ruleset)
@@ -833,9 +643,6 @@ def seccomp_available() -> bool:
     return os.uname().machine in _SECCOMP_ARCH
 
 
-def set_no_new_privs() -> None:
-    """No execve may raise privileges again (set-user-ID, file capabilities); inherited by fork, irreversible."""
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
 def seccomp_deny_kernel_state_and_unix_sockets() -> None:
@@ -847,8 +654,8 @@ def seccomp_deny_kernel_state_and_unix_sockets() -> None:
     # SECCOMP_FILTER_FLAG_SPEC_ALLOW: before Linux 5.16 a filter also switched on speculation mitigations (SSBD,
     # STIBP) for its process by default, which would now slow the zygote itself; they are not what the filter is for
     # (timing side channels are not isolated, see the module docstring). A kernel without the flag (< 4.17) gets prctl.
-    if _libc.syscall(_SYS_SECCOMP, _SET_MODE_FILTER, _FLAG_SPEC_ALLOW, seccomp_program()) == -1:
-        _check(_libc.prctl(_PR_SET_SECCOMP, _MODE_FILTER, seccomp_program(), _ULONG0, _ULONG0), "seccomp")
+    if LIBC.syscall(_SYS_SECCOMP, _SET_MODE_FILTER, _FLAG_SPEC_ALLOW, seccomp_program()) == -1:
+        check(LIBC.prctl(_PR_SET_SECCOMP, _MODE_FILTER, seccomp_program(), _ULONG0, _ULONG0), "seccomp")
 
 
 _PR_SET_SECCOMP = ctypes.c_int(PR_SET_SECCOMP)
@@ -1038,7 +845,7 @@ def pivot_root(new_root: str, put_old: str) -> None:
     nr = _SYS_pivot_root.get(os.uname().machine)
     if nr is None:
         raise OSError(38, "pivot_root: unknown architecture")
-    _check(_libc.syscall(ctypes.c_long(nr), new_root.encode(), put_old.encode()), "pivot_root")
+    check(LIBC.syscall(ctypes.c_long(nr), new_root.encode(), put_old.encode()), "pivot_root")
 
 
 def _mirror(root: str, path: str, depth: int = 0) -> str:

@@ -37,6 +37,35 @@ import types
 import warnings
 
 from . import isolation as iso
+from .libc import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_REC,
+    PR_SET_PDEATHSIG,
+    capset_read_search,
+    clear_inheritable_and_bounding,
+    close_fds_from,
+    current_cpu,
+    drop_capabilities,
+    drop_to_user_calls,
+    fork,
+    map_user_namespace,
+    mount,
+    prctl,
+    prepare_drop_to_user,
+    rlimit_calls,
+    set_no_new_privs,
+    setns,
+    umount,
+    unshare,
+)
 from .protocol import CTL_OK, OK, recv, send
 
 # Imported once here so that each forked test gets them for free.
@@ -166,15 +195,15 @@ def main(cfg_json: str | None = None) -> None:
             warnings_out.append(f"cannot join the slot's cpu cgroup ({exc})")
     is_root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
-    flags = iso.CLONE_NEWNS | iso.CLONE_NEWNET | iso.CLONE_NEWPID | (0 if is_root else iso.CLONE_NEWUSER)
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | (0 if is_root else CLONE_NEWUSER)
     if "ipc_ns" not in cfg.get("disable", ()):
-        flags |= iso.CLONE_NEWIPC  # the slot's own IPC namespace (and a fresh one per test without seccomp)
+        flags |= CLONE_NEWIPC  # the slot's own IPC namespace (and a fresh one per test without seccomp)
     try:
         if "namespaces" in cfg.get("disable", ()):
             raise OSError(1, "disabled by configuration")
-        iso.unshare(flags)
+        unshare(flags)
         if not is_root:
-            iso.map_user_namespace(uid, gid)
+            map_user_namespace(uid, gid)
             layers["user_ns"] = True
         layers["pid_ns"] = layers["net_ns"] = True
     except OSError as exc:
@@ -185,8 +214,8 @@ def main(cfg_json: str | None = None) -> None:
     slot_dir = cfg["slot_dir"]
     if layers["pid_ns"]:
         try:
-            iso.mount("none", "/", None, iso.MS_REC | iso.MS_PRIVATE)
-            iso.mount("tmpfs", slot_dir, "tmpfs", iso.MS_NOSUID | iso.MS_NODEV,
+            mount("none", "/", None, MS_REC | MS_PRIVATE)
+            mount("tmpfs", slot_dir, "tmpfs", MS_NOSUID | MS_NODEV,
                       f"size={cfg['tmpfs_bytes']},nr_inodes={cfg['tmpfs_inodes']},mode=0755")
             layers["tmpfs"] = True
         except OSError as exc:
@@ -194,7 +223,7 @@ def main(cfg_json: str | None = None) -> None:
                                 "file system; only RLIMIT_FSIZE bounds each file")
         pid = os.fork()
         if pid == 0:
-            iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # the parent kills a slot by killing the launcher
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the parent kills a slot by killing the launcher
             _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root)
             os._exit(0)
         os.close(req_fd)
@@ -202,7 +231,7 @@ def main(cfg_json: str | None = None) -> None:
         os.waitpid(pid, 0)
         if layers["tmpfs"]:
             try:
-                iso.umount(slot_dir)
+                umount(slot_dir)
             except OSError:
                 pass
         os._exit(0)
@@ -323,7 +352,7 @@ class _Zygote:
                                 "TCP is blocked only by the network namespace")
         if self.uid is not None:
             layers["per_slot_uid"] = True
-            iso.capset_read_search()  # built here once, not in every test process
+            capset_read_search()  # built here once, not in every test process
         elif not layers["user_ns"]:
             warnings_out.append("no per-slot uid or user namespace: RLIMIT_NPROC is shared by all processes of "
                                 "this user, so a fork bomb is bounded by that limit only")
@@ -339,7 +368,7 @@ class _Zygote:
         self.env_dir = self.mount_point if self.per_test_tmpfs else None  # with a tmpfs, every test runs there
         _program_process_state(self.env_dir)
         if self.uid is not None or self.layers["user_ns"]:
-            iso.clear_inheritable_and_bounding()  # no uid change clears them (`_isolation_calls` does the rest)
+            clear_inheritable_and_bounding()  # no uid change clears them (`_isolation_calls` does the rest)
         if self.layers["seccomp"]:
             # The zygote makes none of the calls the filter denies (it talks through pipes): installed here, it is
             # every test's from its first instruction, and no test process builds or attaches a filter.
@@ -352,7 +381,7 @@ class _Zygote:
         if self.layers["ipc_ns"] and not self.layers["seccomp"]:
             self.layers["ipc_ns"] = "test"  # programs can make SysV IPC objects: each test gets a fresh namespace
         if self.landlock is not None and not self.layers["seccomp"]:  # (installing the filter set it already)
-            iso.set_no_new_privs()  # landlock_restrict_self needs it once the test process has dropped root
+            set_no_new_privs()  # landlock_restrict_self needs it once the test process has dropped root
 
     def share_one_ruleset(self) -> None:
         """With a tmpfs per test, every test writes under the same mount point: one Landlock ruleset made here serves
@@ -442,7 +471,7 @@ class _Zygote:
     def _mount_tmpfs(self) -> None:
         tmp = self.mount_point
         self._make_mount_point()
-        iso.mount(b"tmpfs", tmp, b"tmpfs", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC, self.tmpfs_opts)
+        mount(b"tmpfs", tmp, b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, self.tmpfs_opts)
         self.tmpfs_mounted = True
 
     def _make_mount_point(self) -> None:
@@ -463,7 +492,7 @@ class _Zygote:
         if self.per_test_tmpfs:
             self.tmpfs_mounted = False
             try:
-                iso.umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
+                umount(tmp)  # MNT_DETACH: the test's processes are all dead, nothing keeps it busy
             except OSError:
                 # Never expected; cleanup must still not fail: empty what is visible. The next test's tmpfs is
                 # mounted over this one, so no later test sees what is left here.
@@ -482,7 +511,7 @@ class _Zygote:
             for _ in range(4):
                 if os.stat("/proc").st_dev == self.proc_dev:
                     return
-                iso.umount(b"/proc")
+                umount(b"/proc")
         except OSError:
             pass
 
@@ -502,7 +531,7 @@ class _Zygote:
         mem = lim["memory_mb"] << 20
         user_ns_slack = 3 if self.layers["user_ns"] else 0  # launcher and zygote share our ns uid
         user_ns_slack += 1 if self.reaper else 0
-        self.rlimits = key, iso.rlimit_calls(
+        self.rlimits = key, rlimit_calls(
             cpu_s=max(1, math.ceil(lim["time_s"])), data_bytes=mem, as_bytes=mem + (1 << 30), stack_bytes=mem,
             fsize_bytes=lim["file_bytes"], nofile=64,
             nproc=lim["nproc"] + user_ns_slack if (self.uid is not None or self.layers["user_ns"]) else None)
@@ -514,9 +543,9 @@ class _Zygote:
         if self.fixed_calls is None:
             fixed = self.cg.join_calls() if self.cg is not None else []
             if self.layers["ipc_ns"] == "test":
-                fixed.append((iso.unshare, (iso.CLONE_NEWIPC,)))
+                fixed.append((unshare, (CLONE_NEWIPC,)))
             if self.proc_dev is not None:  # a proc of the test's own PID namespace (before Landlock: no mounts then)
-                fixed.append((iso.mount, (b"proc", b"/proc", b"proc", iso.PROC_FLAGS, self.proc_options)))
+                fixed.append((mount, (b"proc", b"/proc", b"proc", iso.PROC_FLAGS, self.proc_options)))
             self.fixed_calls = (fixed, self._isolation_calls())
         before_rlimits, after_rlimits = self.fixed_calls
         calls = [] if self.pidns_fd is not None else [(os.setsid, ())]
@@ -547,10 +576,10 @@ class _Zygote:
             # No capability at all. Only without the minimal tree (where an interpreter under /root, mode 0700, must
             # stay importable) CAP_DAC_READ_SEARCH stays; seccomp denies the file-handle calls it would open.
             keep = not self.layers.get("minimal_root")
-            iso.prepare_drop_to_user(keep_read_search=keep)
-            calls += iso.drop_to_user_calls(self.uid, self.uid, keep_read_search=keep)
+            prepare_drop_to_user(keep_read_search=keep)
+            calls += drop_to_user_calls(self.uid, self.uid, keep_read_search=keep)
         elif self.layers["user_ns"]:
-            calls.append((iso.drop_capabilities, ()))
+            calls.append((drop_capabilities, ()))
         return calls
 
     def _start_here(self) -> bool:
@@ -559,7 +588,7 @@ class _Zygote:
         if self.allowed is None or len(self.allowed) < 2:
             return False
         try:
-            os.sched_setaffinity(0, (iso.current_cpu(),))
+            os.sched_setaffinity(0, (current_cpu(),))
         except OSError:  # the CPU left our set (a cpuset changed): tests start wherever the scheduler puts them
             self.allowed = None
             return False
@@ -609,12 +638,12 @@ class _Zygote:
         here = self._start_here()
         calls = self._setup_calls(tmp, in_r, out_w, err_w, ctl_w, ready_w)
         if self.pidns_fd is not None:
-            iso.unshare(iso.CLONE_NEWPID)
+            unshare(CLONE_NEWPID)
         # The slot cgroup's CPU-wait counter before the test, when its wall backstop may stretch (`_stretch`).
         self.wait0 = (_cpu_pressure_us(self.cpu_wait_fd)
                       if self.cpu_wait_fd is not None and lim.get("wall_cap_s", 0.0) > lim["wall_s"] else None)
         start = time.monotonic()
-        pid = iso.fork()  # the zygote has one thread (checked at start)
+        pid = fork()  # the zygote has one thread (checked at start)
         if pid == 0:
             self._child(calls, req, ready_w)  # never returns
         if here:
@@ -623,7 +652,7 @@ class _Zygote:
             except OSError:  # our CPU set changed under us (a cpuset): stay on this CPU, start tests anywhere
                 self.allowed = None
         if self.pidns_fd is not None:
-            iso.setns(self.pidns_fd, iso.CLONE_NEWPID)
+            setns(self.pidns_fd, CLONE_NEWPID)
         for fd in child_ends:
             os.close(fd)
             fds.remove(fd)
@@ -875,7 +904,7 @@ class _Zygote:
                 if main_pid != 0:
                     _reap_all(main_pid, ready_w)  # never returns
                 os.close(ready_w)
-            iso.close_fds_from(4)
+            close_fds_from(4)
         except BaseException:
             try:
                 os.write(2, traceback.format_exc().encode())
@@ -973,7 +1002,7 @@ def _reap_all(main_pid: int, status_fd: int) -> None:
     wait status on `status_fd` and exit. Signals from inside the namespace cannot kill us (we are its init)."""
     try:
         os.dup2(status_fd, 0)
-        iso.close_fds_from(1)
+        close_fds_from(1)
         main_status = None
         while True:
             try:
@@ -999,7 +1028,7 @@ def _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root) -> None:
     import linecache  # noqa: F401  (used by compile(); imported while the whole host tree is still visible)
 
     zygote = _Zygote(cfg, layers, warnings_out, is_root)
-    try:  # iso.fork() skips CPython's at-fork work, which is only safe with one thread
+    try:  # fork() skips CPython's at-fork work, which is only safe with one thread
         threads = len(os.listdir("/proc/self/task"))
     except OSError:
         threads = 1
