@@ -1,11 +1,15 @@
-"""mrGRPO's dashboard: per-sample statistics (reward dict keys) and per-batch metrics (``mrgrpo/...``).
+"""mrGRPO's one metrics vocabulary: per-sample statistics (reward dict keys), the rates built from them, and the
+per-batch dashboard (``mrgrpo/...``).
 
-Pure functions over plain dicts: no verl, no torch. Two consumers:
+Pure functions over plain dicts: no verl, no torch. Each metric is defined once, here, and read by three consumers:
 
 - ``mrgrpo.reward.compute_score`` merges :func:`sample_stats` into its returned dict, so every number below is
   also a numeric reward key; verl turns those into ``val-aux/<data_source>/<key>/...`` validation metrics.
-- ``mrgrpo.sampler.MrGRPOReplayBuffer`` reads each sampled trajectory's ``extra_fields`` from TransferQueue and
-  logs :func:`batch_metrics` with every training step.
+- ``mrgrpo.sampler.MrGRPOReplayBuffer`` (and the agent-loop manager) reads each sampled trajectory's
+  ``extra_fields`` and logs :func:`batch_metrics` with every training step.
+- ``mrgrpo eval`` (`mrgrpo.eval.report`) computes each sample's :func:`trajectory_stats` from its record and reports
+  the same rates (:func:`fix_rate`, :func:`first_public_pass_rate`, ...) and means (:func:`trained_mean`); only its
+  pass@k (`mrgrpo.eval.passk`) is its own.
 
 Row = a trajectory's ``extra_fields`` as stored by verl 0.9.1: the agent loop's keys (``LOOP_FIELDS``) plus
 ``extra_fields["reward_extra_info"]`` = the whole reward dict (``REWARD_KEYS`` + ``SAMPLE_STAT_KEYS``).
@@ -17,6 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+Stats = Mapping[str, float]  # one sample's `sample_stats` / `trajectory_stats`
 
 METRIC_PREFIX = "mrgrpo/"
 # The key under which verl 0.9.1 stores the reward dict inside a trajectory's extra_fields
@@ -96,8 +102,43 @@ def _loop_fields(extra_info: Mapping[str, Any]) -> dict[str, Any] | None:
     return fields
 
 
+def trajectory_stats(*, attempts: int, public_verdicts: Sequence[str], public_pass: Sequence[bool], stop_reason: str,
+                     model_tokens: int, injected_tokens: int, plan_tokens: int, acc: float,
+                     infra: float) -> dict[str, float]:
+    """The per-trajectory numbers (fixed key set ``SAMPLE_STAT_KEYS``, all floats) from the agent loop's record of
+    one trajectory and the reward's ``acc`` / ``infra`` on the hidden tests: the one definition of each (table in
+    docs/metrics.md, section 2).
+
+        >>> s = trajectory_stats(attempts=2, public_verdicts=["WA", "AC"], public_pass=[False, True],
+        ...                      stop_reason="passed", model_tokens=90, injected_tokens=30, plan_tokens=0, acc=1.0,
+        ...                      infra=0.0)
+        >>> s["failed_first"], s["fixed"], s["public_pass_hidden_fail"], s["excluded"]
+        (1.0, 1.0, 0.0, 0.0)
+    """
+    verdicts = [str(v) for v in public_verdicts]
+    passes = [bool(p) for p in public_pass]
+    stop = str(stop_reason)
+    failed_first = bool(verdicts) and verdicts[0] in FAILED_VERDICTS
+    public_final = bool(passes) and passes[-1]
+    return {
+        ATTEMPTS: float(attempts),
+        FIRST_PUBLIC_PASS: 1.0 if passes and passes[0] else 0.0,
+        FAILED_FIRST: 1.0 if failed_first else 0.0,
+        FIXED: 1.0 if failed_first and any(passes[1:]) else 0.0,
+        PUBLIC_PASS_FINAL: 1.0 if public_final else 0.0,
+        PUBLIC_PASS_HIDDEN_FAIL: 1.0 if public_final and float(acc) < 0.5 else 0.0,
+        MODEL_TOKENS: float(model_tokens),
+        INJECTED_TOKENS: float(injected_tokens),
+        PLAN_TOKENS: float(plan_tokens),
+        BUDGET_CLIP: 1.0 if stop == "budget" else 0.0,
+        LOOP_INFRA: 1.0 if stop == "infra" else 0.0,
+        LOOP_ERROR: 1.0 if stop == "error" else 0.0,
+        EXCLUDED: 1.0 if excluded_from(stop, infra) else 0.0,
+    }
+
+
 def sample_stats(extra_info: Mapping[str, Any] | None, *, acc: float, infra: float) -> dict[str, float]:
-    """Per-trajectory numbers for the reward dict (fixed key set ``SAMPLE_STAT_KEYS``, all floats).
+    """Per-trajectory numbers for the reward dict (`trajectory_stats` of the loop's fields).
 
     ``extra_info`` is what the reward function receives (the row's extra_info updated with the agent loop's
     extra_fields); ``acc`` / ``infra`` are the reward's own hidden-test results. Without any agent-loop key
@@ -105,31 +146,69 @@ def sample_stats(extra_info: Mapping[str, Any] | None, *, acc: float, infra: flo
     ``infra`` decides ``excluded``; with some but not all of them it raises (a broken contract).
     """
     fields = _loop_fields(extra_info or {})
-    out = dict.fromkeys(SAMPLE_STAT_KEYS, 0.0)
     if fields is None:
+        out = dict.fromkeys(SAMPLE_STAT_KEYS, 0.0)
         out[EXCLUDED] = 1.0 if excluded_from("", infra) else 0.0
         return out
-    verdicts = [str(v) for v in fields[PUBLIC_VERDICTS]]
-    passes = [bool(p) for p in fields[PUBLIC_PASS]]
-    stop = str(fields[STOP_REASON])
-    failed_first = bool(verdicts) and verdicts[0] in FAILED_VERDICTS
-    public_final = bool(passes) and passes[-1]
-    out.update({
-        ATTEMPTS: float(fields[ATTEMPTS]),
-        FIRST_PUBLIC_PASS: 1.0 if passes and passes[0] else 0.0,
-        FAILED_FIRST: 1.0 if failed_first else 0.0,
-        FIXED: 1.0 if failed_first and any(passes[1:]) else 0.0,
-        PUBLIC_PASS_FINAL: 1.0 if public_final else 0.0,
-        PUBLIC_PASS_HIDDEN_FAIL: 1.0 if public_final and float(acc) < 0.5 else 0.0,
-        MODEL_TOKENS: float(fields[MODEL_TOKENS]),
-        INJECTED_TOKENS: float(fields[INJECTED_TOKENS]),
-        PLAN_TOKENS: float(fields[PLAN_TOKENS]),
-        BUDGET_CLIP: 1.0 if stop == "budget" else 0.0,
-        LOOP_INFRA: 1.0 if stop == "infra" else 0.0,
-        LOOP_ERROR: 1.0 if stop == "error" else 0.0,
-        EXCLUDED: 1.0 if excluded_from(stop, infra) else 0.0,
-    })
-    return out
+    return trajectory_stats(attempts=int(fields[ATTEMPTS]), public_verdicts=fields[PUBLIC_VERDICTS],
+                            public_pass=fields[PUBLIC_PASS], stop_reason=fields[STOP_REASON],
+                            model_tokens=fields[MODEL_TOKENS], injected_tokens=fields[INJECTED_TOKENS],
+                            plan_tokens=fields[PLAN_TOKENS], acc=acc, infra=infra)
+
+
+# ---------------------------------------------------------------- rates over the samples that train
+# Outcome quality is measured over the trained samples only (not ``excluded``): an INFRA or error trajectory is not
+# a wrong answer. Each returns None when its denominator is empty.
+
+
+def trained(stats: Iterable[Stats]) -> list[Stats]:
+    """The samples that get a gradient: ``excluded`` is 0."""
+    return [s for s in stats if float(s[EXCLUDED]) < 0.5]
+
+
+def trained_mean(stats: Iterable[Stats], key: str) -> float | None:
+    """Mean of ``key`` over the trained samples (``attempts``, ``model_tokens``, ``first_public_pass``, ...)."""
+    return _mean(float(s[key]) for s in trained(stats))
+
+
+def first_public_pass_rate(stats: Iterable[Stats]) -> float | None:
+    """Share of trained samples whose first attempt passed the public tests."""
+    return trained_mean(stats, FIRST_PUBLIC_PASS)
+
+
+def failed_first_rate(stats: Iterable[Stats]) -> float | None:
+    """Share of trained samples whose first attempt was tested and failed (feedback could follow)."""
+    return trained_mean(stats, FAILED_FIRST)
+
+
+def public_pass_final_rate(stats: Iterable[Stats]) -> float | None:
+    """Share of trained samples whose last attempt passed the public tests."""
+    return trained_mean(stats, PUBLIC_PASS_FINAL)
+
+
+def fix_counts(stats: Iterable[Stats]) -> tuple[int, int]:
+    """(fixed, failed_first) summed over the trained samples: the fix rate's numerator and denominator."""
+    ts = trained(stats)
+    return int(sum(float(s[FIXED]) for s in ts)), int(sum(float(s[FAILED_FIRST]) for s in ts))
+
+
+def fix_rate(stats: Iterable[Stats]) -> float | None:
+    """Of the trained samples whose tested first attempt failed, the share that passed the public tests after
+    feedback: sum(``fixed``) / sum(``failed_first``).
+
+        >>> fix_rate([{"fixed": 1.0, "failed_first": 1.0, "excluded": 0.0},
+        ...           {"fixed": 0.0, "failed_first": 1.0, "excluded": 0.0},
+        ...           {"fixed": 1.0, "failed_first": 1.0, "excluded": 1.0}])
+        0.5
+    """
+    fixed, failed = fix_counts(stats)
+    return _ratio(fixed, failed)
+
+
+def public_pass_hidden_fail_rate(stats: Iterable[Stats]) -> float | None:
+    """Of the trained samples that ended passing the public tests, the share failing the hidden tests."""
+    ts = trained(stats)
+    return _ratio(sum(float(s[PUBLIC_PASS_HIDDEN_FAIL]) for s in ts), sum(float(s[PUBLIC_PASS_FINAL]) for s in ts))
 
 
 def flatten_row(extra_fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -202,7 +281,7 @@ def batch_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
                          f"({ACC}, {PASS_RATE}, {VERDICT}, {HAS_CODE}, {INFRA}) that the others have")
     reward = all(with_reward)
     stats = [sample_stats(r, acc=float(r.get(ACC, 0.0)), infra=float(r.get(INFRA, 0.0))) for r in flat]
-    trained = [(r, s) for r, s in zip(flat, stats, strict=True) if s[EXCLUDED] < 0.5]
+    trained_rows = [(r, s) for r, s in zip(flat, stats, strict=True) if s[EXCLUDED] < 0.5]
     n = len(flat)
     p = METRIC_PREFIX
     m: dict[str, float | None] = {f"{p}trajectories": float(n)}
@@ -214,8 +293,8 @@ def batch_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     m[f"{p}tokens/budget_clip_ratio"] = stops.count("budget") / n
     m[f"{p}infra/public_rate"] = stops.count("infra") / n
     m[f"{p}error_total"] = float(stops.count("error"))
-    m[f"{p}excluded_total"] = float(n - len(trained))
-    m[f"{p}excluded_frac"] = (n - len(trained)) / n
+    m[f"{p}excluded_total"] = float(n - len(trained_rows))
+    m[f"{p}excluded_frac"] = (n - len(trained_rows)) / n
     if reward:
         verdicts = [str(r[VERDICT]) for r in flat]
         unknown = sorted(set(verdicts) - set(VERDICTS))
@@ -237,30 +316,29 @@ def batch_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     m[f"{p}sandbox/trajectory_s/max"] = max(waited)
 
     # outcome quality, over the trained rows
-    ts = [s for _, s in trained]
+    ts = [s for _, s in trained_rows]
     if ts:
         attempts = [int(s[ATTEMPTS]) for s in ts]
-        m[f"{p}attempts/mean"] = _mean(attempts)
+        m[f"{p}attempts/mean"] = trained_mean(ts, ATTEMPTS)
         m[f"{p}attempts/frac_0"] = attempts.count(0) / len(ts)
         m[f"{p}attempts/frac_1"] = attempts.count(1) / len(ts)
         m[f"{p}attempts/frac_2"] = attempts.count(2) / len(ts)
         m[f"{p}attempts/frac_3plus"] = sum(a >= 3 for a in attempts) / len(ts)
-        m[f"{p}first_public_pass"] = _mean(s[FIRST_PUBLIC_PASS] for s in ts)
-        m[f"{p}failed_first"] = _mean(s[FAILED_FIRST] for s in ts)
-        m[f"{p}fix_rate"] = _ratio(sum(s[FIXED] for s in ts), sum(s[FAILED_FIRST] for s in ts))
-        m[f"{p}tokens/model/mean"] = _mean(s[MODEL_TOKENS] for s in ts)
+        m[f"{p}first_public_pass"] = first_public_pass_rate(ts)
+        m[f"{p}failed_first"] = failed_first_rate(ts)
+        m[f"{p}fix_rate"] = fix_rate(ts)
+        m[f"{p}tokens/model/mean"] = trained_mean(ts, MODEL_TOKENS)
         m[f"{p}tokens/model/max"] = max(s[MODEL_TOKENS] for s in ts)
-        m[f"{p}tokens/injected/mean"] = _mean(s[INJECTED_TOKENS] for s in ts)
+        m[f"{p}tokens/injected/mean"] = trained_mean(ts, INJECTED_TOKENS)
         m[f"{p}tokens/injected/max"] = max(s[INJECTED_TOKENS] for s in ts)
-        plans = [s[PLAN_TOKENS] for r, s in trained if r[PLAN_SOURCE] == "self"]
+        plans = [s[PLAN_TOKENS] for r, s in trained_rows if r[PLAN_SOURCE] == "self"]
         if plans:
             m[f"{p}plan_tokens/mean"] = _mean(plans)
             m[f"{p}plan_tokens/max"] = max(plans)
         if reward:
-            tr = [r for r, _ in trained]
+            tr = [r for r, _ in trained_rows]
             m[f"{p}acc"] = _mean(float(r[ACC]) for r in tr)
             m[f"{p}pass_rate"] = _mean(float(r[PASS_RATE]) for r in tr)
             m[f"{p}has_code"] = _mean(float(r[HAS_CODE]) for r in tr)
-            m[f"{p}public_pass_hidden_fail"] = _ratio(sum(s[PUBLIC_PASS_HIDDEN_FAIL] for s in ts),
-                                                      sum(s[PUBLIC_PASS_FINAL] for s in ts))
+            m[f"{p}public_pass_hidden_fail"] = public_pass_hidden_fail_rate(ts)
     return {k: float(v) for k, v in m.items() if v is not None}

@@ -212,3 +212,42 @@ def test_sample_stats_become_validation_metrics():
     for key in mm.SAMPLE_STAT_KEYS:
         assert "mean@3" in out[key], key
     assert "verdict" not in out  # strings are skipped
+
+
+# ------------------------------------------------------------------------------------------------ one vocabulary
+def test_eval_summary_and_the_training_dashboard_agree_on_the_same_trajectories():
+    """`mrgrpo eval`'s summary and `batch_metrics` computed from the same trajectories give the same fix rate, first
+    public pass, attempts and token means (INFRA and error trajectories left out by both; an untested first
+    attempt not counted as failed by either)."""
+    from mrgrpo.eval.report import summarize
+    from mrgrpo.eval.run import SampleRecord
+
+    trajectories = [  # (loop fields, reward dict)
+        (loop_fields(stop="passed", verdicts=("WA", "AC"), model=120, injected=40), reward(1.0, "AC")),
+        (loop_fields(stop="rounds", verdicts=("WA", "RE", "WA"), model=300, injected=90), reward(0.0, "WA")),
+        (loop_fields(stop="passed", verdicts=("AC",), model=80, injected=0), reward(0.0, "WA")),
+        (loop_fields(stop="passed", verdicts=("RE", "AC"), model=150, injected=45), reward(1.0, "AC")),
+        (loop_fields(stop="budget", verdicts=("NOT_RUN",), model=512, injected=0), reward(0.0, "NO_CODE", 0.0, 0.0)),
+        (loop_fields(stop="passed", verdicts=("WA", "AC"), model=90, injected=30), reward(0.0, "INFRA", infra=1.0)),
+        (loop_fields(stop="infra", verdicts=("INFRA",), model=60, injected=0), reward(0.0, "WA")),
+        (loop_fields(stop="error", verdicts=(), model=0, injected=0, error="boom"), reward(0.0, "NO_CODE")),
+    ]
+    dashboard = mm.batch_metrics([row(loop, rew) for loop, rew in trajectories])
+    records = [
+        SampleRecord(problem_id=f"p{i // 2}", index=i // 2, data_source="apps_plus", difficulty="interview",
+                     plan_source=loop["plan_source"], sample=i % 2, verdict=rew["verdict"], acc=rew["acc"],
+                     attempt1_verdict=rew["verdict"], attempt1_acc=rew["acc"], attempts=loop["attempts"],
+                     stop_reason=loop["stop_reason"], model_tokens=loop["model_tokens"],
+                     injected_tokens=loop["injected_tokens"], public_pass=loop["public_pass"],
+                     public_verdicts=loop["public_verdicts"], plan_tokens=loop["plan_tokens"], error=loop["error"])
+        for i, (loop, rew) in enumerate(trajectories)
+    ]
+    summary = summarize(records, [1], {"n": 2})
+    public = summary["public_tests"]
+    assert public["fix_rate"] == pytest.approx(dashboard["mrgrpo/fix_rate"]) == pytest.approx(2 / 3)
+    assert (public["fixed_after_feedback"], public["failed_public_at_attempt1"]) == (2, 3)
+    assert public["attempt1_public_pass_rate"] == pytest.approx(dashboard["mrgrpo/first_public_pass"])
+    assert summary["overall"]["mean_attempts"] == pytest.approx(dashboard["mrgrpo/attempts/mean"])
+    assert summary["mean_model_tokens"] == pytest.approx(dashboard["mrgrpo/tokens/model/mean"])
+    assert summary["mean_injected_tokens"] == pytest.approx(dashboard["mrgrpo/tokens/injected/mean"])
+    assert dashboard["mrgrpo/excluded_total"] == 3.0

@@ -3,7 +3,16 @@
 pass@k (`mrgrpo.eval.passk`) is computed per problem from its ``n`` judged samples and averaged over problems, for
 the final program (after feedback rounds) and for the first attempt's program, overall and per difficulty
 (``extra_info.difficulty``), per ``data_source`` (seen / unseen splits labelled by data_source stay apart) and per
-plan source. A problem enters pass@k only for k <= its number of samples.
+plan source. A problem enters pass@k only for k <= its number of samples; pass@k and ``mean_acc`` count every
+sample (as verl's validation ``acc`` does).
+
+Everything else about the trajectories is the training dashboard's metric of the same meaning, computed by the same
+function of `mrgrpo.metrics` from each sample's `mrgrpo.metrics.trajectory_stats` (docs/metrics.md): ``public_tests``
+(``attempt1_public_pass_rate`` = ``mrgrpo/first_public_pass``, ``fix_rate`` = ``mrgrpo/fix_rate``, with its counts
+``fixed_after_feedback`` / ``failed_public_at_attempt1``, ``final_public_pass_rate``), ``mean_attempts`` =
+``mrgrpo/attempts/mean``, ``mean_model_tokens`` / ``mean_injected_tokens`` = ``mrgrpo/tokens/{model,injected}/mean``:
+over the samples not excluded (the sandbox failed, or the trajectory raised), a first attempt counted as failed only
+when it was tested and failed.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from mrgrpo import metrics
 from mrgrpo.eval.passk import mean_pass_at_k
 
 CSV_COLUMNS = ("problem_id", "index", "data_source", "difficulty", "plan_source", "sample", "verdict", "acc",
@@ -43,23 +53,31 @@ def _mean(values: Iterable[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def record_stats(record) -> dict[str, float]:
+    """One sample's per-trajectory numbers, as training and validation define them (`mrgrpo.metrics`); the
+    sandbox failed on its hidden tests when its verdict is INFRA."""
+    return metrics.trajectory_stats(
+        attempts=record.attempts, public_verdicts=record.public_verdicts, public_pass=record.public_pass,
+        stop_reason=record.stop_reason, model_tokens=record.model_tokens, injected_tokens=record.injected_tokens,
+        plan_tokens=record.plan_tokens, acc=record.acc, infra=1.0 if record.verdict == "INFRA" else 0.0)
+
+
 def public_stats(records: Sequence) -> dict[str, Any]:
-    """From the loop's own public-test record: first-attempt public pass rate, final public pass rate, and the fix
-    rate (of the samples whose first attempt failed the public tests, the share that passed them later)."""
-    first = [bool(r.public_pass and r.public_pass[0]) for r in records]
-    final = [bool(r.public_pass and r.public_pass[-1]) for r in records]
-    failed_first = [r for r, f in zip(records, first, strict=True) if r.public_pass and not f]
-    fixed = [r for r in failed_first if any(r.public_pass[1:])]
+    """The public-test outcomes (see the module docstring): first-attempt and final public pass rates, and the fix
+    rate with its counts, by `mrgrpo.metrics`."""
+    stats = [record_stats(r) for r in records]
+    fixed, failed_first = metrics.fix_counts(stats)
     return {
-        "attempt1_public_pass_rate": _mean(float(x) for x in first),
-        "final_public_pass_rate": _mean(float(x) for x in final),
-        "failed_public_at_attempt1": len(failed_first),
-        "fixed_after_feedback": len(fixed),
-        "fix_rate": len(fixed) / len(failed_first) if failed_first else None,
+        "attempt1_public_pass_rate": metrics.first_public_pass_rate(stats),
+        "final_public_pass_rate": metrics.public_pass_final_rate(stats),
+        "failed_public_at_attempt1": failed_first,
+        "fixed_after_feedback": fixed,
+        "fix_rate": metrics.fix_rate(stats),
     }
 
 
 def group_stats(records: Sequence, ks: Sequence[int]) -> dict[str, Any]:
+    stats = [record_stats(r) for r in records]
     return {
         "num_problems": len({r.problem_id for r in records}),
         "num_samples": len(records),
@@ -67,8 +85,8 @@ def group_stats(records: Sequence, ks: Sequence[int]) -> dict[str, Any]:
         "attempt1": _passk(_counts(records, "attempt1_acc"), ks),
         "mean_acc": _mean(r.acc for r in records),
         "mean_attempt1_acc": _mean(r.attempt1_acc for r in records),
-        "mean_attempts": _mean(r.attempts for r in records),
-        "mean_model_tokens": _mean(r.model_tokens for r in records),
+        "mean_attempts": metrics.trained_mean(stats, metrics.ATTEMPTS),
+        "mean_model_tokens": metrics.trained_mean(stats, metrics.MODEL_TOKENS),
     }
 
 
@@ -84,6 +102,7 @@ def summarize(records: Sequence, ks: Sequence[int], settings: dict[str, Any],
               prompt_filter: dict[str, Any] | None = None) -> dict[str, Any]:
     """``prompt_filter``: what verl's overlong-prompt filter dropped before the evaluation (``max_prompt_length``,
     ``problems_read``, ``dropped``, ``dropped_ids``; `mrgrpo.eval.run.LoadedRows.prompt_filter`)."""
+    stats = [record_stats(r) for r in records]
     return {
         "settings": {**settings, "k": list(ks)},
         **({"prompt_filter": dict(prompt_filter)} if prompt_filter is not None else {}),
@@ -98,8 +117,8 @@ def summarize(records: Sequence, ks: Sequence[int], settings: dict[str, Any],
         "attempt1_verdicts": dict(Counter(r.attempt1_verdict for r in records).most_common()),
         "stop_reasons": dict(Counter(r.stop_reason for r in records).most_common()),
         "public_tests": public_stats(records),
-        "mean_model_tokens": _mean(r.model_tokens for r in records),
-        "mean_injected_tokens": _mean(r.injected_tokens for r in records),
+        "mean_model_tokens": metrics.trained_mean(stats, metrics.MODEL_TOKENS),
+        "mean_injected_tokens": metrics.trained_mean(stats, metrics.INJECTED_TOKENS),
         "errors": sum(1 for r in records if r.stop_reason == "error"),
         "infra": sum(1 for r in records if r.verdict == "INFRA"),
         "final_code_mismatches": sum(1 for r in records if r.final_code_mismatch),
@@ -226,7 +245,8 @@ def markdown(summary: dict[str, Any], plot_name: str | None, plot_note: str | No
         f"{_fmt(summary['mean_injected_tokens'])}, mean attempts {_fmt(summary['overall']['mean_attempts'])}",
         f"- public tests: attempt-1 pass rate {_fmt(pub['attempt1_public_pass_rate'])}, final "
         f"{_fmt(pub['final_public_pass_rate'])}; {pub['fixed_after_feedback']} of {pub['failed_public_at_attempt1']} "
-        f"first attempts that failed them were fixed after feedback (fix rate {_fmt(pub['fix_rate'])})",
+        f"first attempts that failed them were fixed after feedback (fix rate {_fmt(pub['fix_rate'])}; these and the "
+        "means leave out the samples the sandbox failed on or that raised, as training's dashboard does)",
         f"- errors {summary['errors']}, sandbox INFRA {summary['infra']}, final_code mismatches "
         f"{summary['final_code_mismatches']}",
         "",

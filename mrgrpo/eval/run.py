@@ -100,6 +100,7 @@ class SampleRecord:
     num_tests: int = 0
     error: str = ""
     final_code_mismatch: bool = False
+    plan_tokens: int = 0
 
 
 def trainer_config(settings: EvalSettings):
@@ -307,6 +308,7 @@ async def run_sample(row: dict, sample: int, server, tokenizer, settings: EvalSe
         num_tests=int(final.get("num_tests", 0)),
         error=str(ef.get("error") or ""),
         final_code_mismatch=bool(mismatch),
+        plan_tokens=int(ef.get("plan_tokens") or 0),
     )
 
 
