@@ -37,6 +37,16 @@ import types
 import warnings
 
 from . import isolation as iso
+from .landlock import (
+    ALL_FS_RIGHTS,
+    DEVICE_RIGHTS,
+    READ_DIR_RIGHTS,
+    LandlockRules,
+    landlock_abi,
+    open_path,
+    restrict_self,
+    rights_for,
+)
 from .libc import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
@@ -337,14 +347,14 @@ class _Zygote:
                                 "gives its children the memory controller; set MRGRPO_SANDBOX_CGROUP_PARENT to a "
                                 "cgroup that can, see docs/sandbox.md): memory_mb bounds each process of a test, "
                                 "not the test")
-        self.abi = 0 if "landlock" in cfg.get("disable", ()) else iso.landlock_abi()
+        self.abi = 0 if "landlock" in cfg.get("disable", ()) else landlock_abi()
         self.rules: list[tuple[int, int]] = []
         self.landlock = None  # built once; each test process adds its directory and applies it ...
         self.ruleset = None  # ... or applies this one ruleset, made once (`share_one_ruleset`)
         if self.abi:
             layers["landlock"] = self.abi
             self._open_read_rules(cfg)
-            self.landlock = iso.LandlockRules(self.abi, self.rules)
+            self.landlock = LandlockRules(self.abi, self.rules)
         else:
             warnings_out.append("Landlock unavailable: the program can read any file (as root it keeps "
                                 "CAP_DAC_READ_SEARCH so the interpreter stays importable), write wherever its uid "
@@ -393,9 +403,9 @@ class _Zygote:
         try:
             self._make_mount_point()
             iso.make_read_only(self.slot_dir)
-            fd, _ = iso.open_path(self.slot_dir)
+            fd, _ = open_path(self.slot_dir)
             try:
-                self.ruleset = self.landlock.ruleset(fd, iso.ALL_FS_RIGHTS)
+                self.ruleset = self.landlock.ruleset(fd, ALL_FS_RIGHTS)
             finally:
                 os.close(fd)
         except OSError:
@@ -408,12 +418,12 @@ class _Zygote:
             if real in seen:
                 continue
             seen.add(real)
-            fd, is_dir = iso.open_path(real)
-            self.rules.append((fd, iso.rights_for(is_dir, iso.READ_DIR_RIGHTS)))
+            fd, is_dir = open_path(real)
+            self.rules.append((fd, rights_for(is_dir, READ_DIR_RIGHTS)))
         for dev in _DEVICES:
             if os.path.exists(dev):
-                fd, _ = iso.open_path(dev)
-                self.rules.append((fd, iso.DEVICE_RIGHTS))
+                fd, _ = open_path(dev)
+                self.rules.append((fd, DEVICE_RIGHTS))
 
     def compile(self, code_id, code: str | None):
         if code_id == self.code_id:
@@ -571,7 +581,7 @@ class _Zygote:
         can add rules) and the uid or capability drop, in that order."""
         calls = []
         if self.ruleset is not None:
-            calls += [(iso.restrict_self, (self.ruleset,)), (os.close, (self.ruleset,))]
+            calls += [(restrict_self, (self.ruleset,)), (os.close, (self.ruleset,))]
         if self.uid is not None:
             # No capability at all. Only without the minimal tree (where an interpreter under /root, mode 0700, must
             # stay importable) CAP_DAC_READ_SEARCH stays; seccomp denies the file-handle calls it would open.
@@ -595,8 +605,8 @@ class _Zygote:
         return True
 
     def _restrict_to(self, tmp: str) -> None:
-        tmp_fd, _ = iso.open_path(tmp)
-        self.landlock.restrict(tmp_fd, iso.ALL_FS_RIGHTS)
+        tmp_fd, _ = open_path(tmp)
+        self.landlock.restrict(tmp_fd, ALL_FS_RIGHTS)
 
     def _fork_and_watch(self, req, tmp, fds) -> dict:
         lim = req["limits"]
