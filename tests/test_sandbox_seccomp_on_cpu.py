@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mrgrpo.sandbox import isolation as iso
+from mrgrpo.sandbox import seccomp
 
 ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, AF_VSOCK = 1, 2, 10, 16, 17, 40
@@ -59,7 +59,7 @@ def run_bpf(prog, arch: int, nr: int, *args: int) -> int:
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_exactly_the_kernel_state_calls_are_denied(machine):
-    prog = iso.seccomp_instructions(machine)
+    prog = seccomp.seccomp_instructions(machine)
     denied = set(DENIED[machine].values())
     for nr in range(600):
         if nr in CHECKED[machine]:
@@ -70,7 +70,7 @@ def test_exactly_the_kernel_state_calls_are_denied(machine):
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_only_internet_sockets_can_be_made(machine):
-    prog = iso.seccomp_instructions(machine)
+    prog = seccomp.seccomp_instructions(machine)
     for family in range(64):
         expected = ALLOW if family in (AF_INET, AF_INET6) else EPERM
         assert run_bpf(prog, ARCH[machine], SOCKET[machine], family) == expected, family
@@ -80,14 +80,14 @@ def test_only_internet_sockets_can_be_made(machine):
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_socket_cookies_cannot_be_read(machine):
-    prog = iso.seccomp_instructions(machine)
+    prog = seccomp.seccomp_instructions(machine)
     for level, name, expected in ((1, 57, EPERM), (1, 71, EPERM), (1, 7, ALLOW), (6, 57, ALLOW), (0, 57, ALLOW)):
         assert run_bpf(prog, ARCH[machine], GETSOCKOPT[machine], 3, level, name) == expected, (level, name)
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_no_user_namespace_and_clone3_falls_back(machine):
-    prog = iso.seccomp_instructions(machine)
+    prog = seccomp.seccomp_instructions(machine)
     for nr in (CLONE[machine], UNSHARE[machine]):
         assert run_bpf(prog, ARCH[machine], nr, CLONE_NEWUSER | SIGCHLD) == EPERM
         assert run_bpf(prog, ARCH[machine], nr, CLONE_NEWUSER | CLONE_NEWNS) == EPERM
@@ -98,21 +98,21 @@ def test_no_user_namespace_and_clone3_falls_back(machine):
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_a_foreign_abi_is_denied_whatever_the_call(machine):
-    prog = iso.seccomp_instructions(machine)
+    prog = seccomp.seccomp_instructions(machine)
     foreign = 0x40000003  # i386
     for nr in (0, 1, 41, 102, 117, 500):
         assert run_bpf(prog, foreign, nr) == EPERM
 
 
 def test_x32_calls_are_denied_on_x86_64():
-    prog = iso.seccomp_instructions("x86_64")
+    prog = seccomp.seccomp_instructions("x86_64")
     for nr in (0, 1, 29, 41, 512):
         assert run_bpf(prog, ARCH["x86_64"], 0x40000000 | nr) == EPERM
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_every_jump_lands_inside_the_program(machine):
-    prog = iso.seccomp_instructions(machine)
+    prog = seccomp.seccomp_instructions(machine)
     for i, (code, jt, jf, _k) in enumerate(prog):
         assert 0 <= jt <= 255 and 0 <= jf <= 255
         if code in (0x15, 0x25, 0x35, 0x45):

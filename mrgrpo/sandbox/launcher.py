@@ -77,6 +77,7 @@ from .libc import (
     unshare,
 )
 from .protocol import CTL_OK, OK, recv, send
+from .seccomp import seccomp_available, seccomp_deny_kernel_state_and_unix_sockets
 
 # Imported once here so that each forked test gets them for free.
 _PRELOAD = ("math", "collections", "heapq", "bisect", "itertools", "functools", "typing", "string", "re",
@@ -299,7 +300,7 @@ class _Zygote:
         # program can create any of them, and without it each test gets a fresh IPC namespace (set below, once the
         # filter is known to be in place or not), whose objects die with the test.
         layers["ipc_ns"] = "slot" if layers["pid_ns"] and "ipc_ns" not in cfg.get("disable", ()) else False
-        layers["seccomp"] = "seccomp" not in cfg.get("disable", ()) and iso.seccomp_available()
+        layers["seccomp"] = "seccomp" not in cfg.get("disable", ()) and seccomp_available()
         if not layers["seccomp"]:
             warnings_out.append("no seccomp filter: programs can use the kernel keyrings of their uid (keys outlive "
                                 "the test) and create AF_UNIX sockets (host services listening on a pathname "
@@ -383,7 +384,7 @@ class _Zygote:
             # The zygote makes none of the calls the filter denies (it talks through pipes): installed here, it is
             # every test's from its first instruction, and no test process builds or attaches a filter.
             try:
-                iso.seccomp_deny_kernel_state_and_unix_sockets()
+                seccomp_deny_kernel_state_and_unix_sockets()
             except OSError as exc:
                 self.layers["seccomp"] = False
                 self.warnings.append(f"no seccomp filter ({exc}): programs can use the kernel keyrings of their "
