@@ -31,8 +31,8 @@ import time
 
 import pytest
 
+from mrgrpo.sandbox import cgroups, protocol
 from mrgrpo.sandbox import launcher as worker
-from mrgrpo.sandbox import protocol
 
 # ---- _run_program in this process
 
@@ -879,11 +879,11 @@ def test_zygote_memory_never_freed_is_infra_and_runs_nothing(zygote, monkeypatch
     assert not flag.exists() and zygote.cg.memory == [] and zygote.cg.held_reads > 2
 
 
-def _cgroup_files(tmp_path, kind: str, usage: int, stat: str) -> worker.iso.CgroupHandle:
+def _cgroup_files(tmp_path, kind: str, usage: int, stat: str) -> cgroups.CgroupHandle:
     names = {"v1": ("memory.usage_in_bytes", "memory.stat"), "v2": ("memory.current", "memory.stat")}[kind]
     (tmp_path / names[0]).write_text(f"{usage}\n")
     (tmp_path / names[1]).write_text(stat)
-    return worker.iso.CgroupHandle({"procs": [], "cpu": None, "mem": (str(tmp_path), kind)})
+    return cgroups.CgroupHandle({"procs": [], "cpu": None, "mem": (str(tmp_path), kind)})
 
 
 @pytest.mark.parametrize("kind,stat", [
@@ -1015,16 +1015,16 @@ def test_cpu_pressure_is_read_from_the_cgroup_v2_file(tmp_path):
     (tmp_path / "cpu.stat").write_text("usage_usec 5\n")
     (tmp_path / "cpu.pressure").write_text("some avg10=1.00 avg60=0.50 avg300=0.10 total=123456\n"
                                            "full avg10=0.00 avg60=0.00 avg300=0.00 total=99\n")
-    fd = worker._open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v2"]})
+    fd = cgroups.open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v2"]})
     try:
-        assert worker._cpu_pressure_us(fd) == 123456
+        assert cgroups.cpu_pressure_us(fd) == 123456
     finally:
         os.close(fd)
-    assert worker._open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v1"]}) is None
-    assert worker._open_cpu_pressure({"cpu": None}) is None
-    assert worker._open_cpu_pressure(None) is None
+    assert cgroups.open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v1"]}) is None
+    assert cgroups.open_cpu_pressure({"cpu": None}) is None
+    assert cgroups.open_cpu_pressure(None) is None
     (tmp_path / "cpu.pressure").write_text("garbage\n")
-    assert worker._open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v2"]}) is None
+    assert cgroups.open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v2"]}) is None
 
 
 def test_cpu_wait_uses_the_cgroup_counter_since_the_test_started(zygote, tmp_path):
@@ -1157,7 +1157,7 @@ def test_cgroup_cpu_and_oom_kills_are_read_from_the_kernel_files(tmp_path, kind,
     cpu = tmp_path / ("cpuacct.usage" if kind == "v1" else "cpu.stat")
     cpu.write_text(cpu_text)
     (tmp_path / events_name).write_text(events_text)
-    cg = worker.iso.CgroupHandle({"procs": [], "cpu": (str(cpu), kind), "mem": (str(tmp_path), kind)})
+    cg = cgroups.CgroupHandle({"procs": [], "cpu": (str(cpu), kind), "mem": (str(tmp_path), kind)})
     assert (cg.cpu_ns(), cg.oom_kills()) == (cpu_ns, ooms)
     (tmp_path / events_name).write_text("oom_kill_disable 0\nunder_oom 0\n" if kind == "v1" else "low 0\noom 0\n")
     assert cg.oom_kills() == 0

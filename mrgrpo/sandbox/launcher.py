@@ -37,6 +37,7 @@ import types
 import warnings
 
 from . import isolation as iso
+from .cgroups import CgroupHandle, cpu_pressure_us, join_cgroup, open_cpu_pressure, private_slot_cgroup
 from .landlock import (
     ALL_FS_RIGHTS,
     DEVICE_RIGHTS,
@@ -200,7 +201,7 @@ def main(cfg_json: str | None = None) -> None:
         # joins now, before it forks the zygote, so that the zygote and every test process inherit it.
         try:
             if cg_cfg.get("cpu_procs"):
-                iso.join_cgroup(cg_cfg["cpu_procs"])
+                join_cgroup(cg_cfg["cpu_procs"])
             layers["cpu_quota"] = cg_cfg["cpu_max"][0]
         except OSError as exc:
             warnings_out.append(f"cannot join the slot's cpu cgroup ({exc})")
@@ -313,19 +314,19 @@ class _Zygote:
             # The host's cgroup file system may be read-only for us (a default Docker container) while the
             # hierarchy is not: mount cgroup2 in our private mount namespace and make the slot cgroup there.
             try:
-                cfg["cgroup"], self.private_cg = iso.private_slot_cgroup(cfg["slot_dir"] + ".cg", cfg["cgroup_name"])
+                cfg["cgroup"], self.private_cg = private_slot_cgroup(cfg["slot_dir"] + ".cg", cfg["cgroup_name"])
             except OSError:
                 pass
         if cfg.get("cgroup"):
             try:
-                self.cg = iso.CgroupHandle(cfg["cgroup"])
+                self.cg = CgroupHandle(cfg["cgroup"])
             except OSError as exc:
                 warnings_out.append(f"slot cgroup unusable ({exc})")
         layers["cgroup_cpu"] = self.cg.cpu_kind if self.cg else None
         # How long the test's processes waited for a CPU (runnable, not running): the slot cgroup's CPU pressure
         # (v2 `cpu.pressure`, "some" total), else the run delay of the test's PID 1 (/proc/PID/schedstat). It
         # stretches the wall-clock backstop of a test the node kept from running (`_stretch`).
-        self.cpu_wait_fd = _open_cpu_pressure(cfg.get("cgroup")) if self.cg is not None else None
+        self.cpu_wait_fd = open_cpu_pressure(cfg.get("cgroup")) if self.cg is not None else None
         if self.cpu_wait_fd is not None:
             self.cg.renew_with_cpu("cpu.pressure", self.cpu_wait_fd)  # see `renew_memory`
         self.wait0 = None  # its reading before the current test
@@ -651,7 +652,7 @@ class _Zygote:
         if self.pidns_fd is not None:
             unshare(CLONE_NEWPID)
         # The slot cgroup's CPU-wait counter before the test, when its wall backstop may stretch (`_stretch`).
-        self.wait0 = (_cpu_pressure_us(self.cpu_wait_fd)
+        self.wait0 = (cpu_pressure_us(self.cpu_wait_fd)
                       if self.cpu_wait_fd is not None and lim.get("wall_cap_s", 0.0) > lim["wall_s"] else None)
         start = time.monotonic()
         pid = fork()  # the zygote has one thread (checked at start)
@@ -886,7 +887,7 @@ class _Zygote:
     def _cpu_wait(self, pid: int) -> float | None:
         """Seconds the test's processes have waited for a CPU since it started (None: not measurable here)."""
         if self.cpu_wait_fd is not None and self.wait0 is not None:
-            total = _cpu_pressure_us(self.cpu_wait_fd)
+            total = cpu_pressure_us(self.cpu_wait_fd)
             return None if total is None else (total - self.wait0) / 1e6
         try:
             if self.own_proc is None:
@@ -922,32 +923,6 @@ class _Zygote:
             finally:
                 os._exit(_SETUP_FAILED)
         _run_program(self.code, req, self.main[1], self.streams)
-
-
-def _open_cpu_pressure(cgroup_cfg) -> int | None:
-    """A descriptor of the slot cgroup's `cpu.pressure` (cgroup v2, next to its `cpu.stat`), or None."""
-    try:
-        path, kind = cgroup_cfg["cpu"]
-        if kind != "v2":
-            return None
-        fd = os.open(os.path.join(os.path.dirname(path), "cpu.pressure"), os.O_RDONLY | os.O_CLOEXEC)
-    except (KeyError, TypeError, ValueError, OSError):
-        return None
-    if _cpu_pressure_us(fd) is None:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _cpu_pressure_us(fd: int) -> int | None:
-    """The "some" total of a cpu.pressure file: microseconds during which a task of the cgroup was runnable but
-    waiting for a CPU. None if unreadable."""
-    try:
-        data = os.pread(fd, 256, 0)
-        i = data.index(b"total=")
-        return int(data[i + 6:data.index(b"\n", i)])
-    except (OSError, ValueError):
-        return None
 
 
 def _open_proc() -> int | None:

@@ -24,7 +24,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from . import admission, isolation
+from . import admission, cgroups, isolation
 from .protocol import HEADER, RAW_FIELDS
 
 logger = logging.getLogger("mrgrpo.sandbox")
@@ -122,7 +122,7 @@ class Slot:
         self._stderr = None
         self._lease_fd: int | None = None  # holds this slot's node-wide uid index (root only)
         self.uid: int | None = None
-        self.cgroup: isolation.SlotCgroup | None = None
+        self.cgroup: cgroups.SlotCgroup | None = None
 
     def start(self) -> None:
         os.makedirs(self.dir, exist_ok=True)
@@ -139,7 +139,7 @@ class Slot:
             disable = tuple(DISABLE)
             if os.environ.get("MRGRPO_SANDBOX_CGROUP_AUTO_PARENT", "1") == "0":  # keep out of others' cgroups
                 disable += ("cgroup_auto_parent",)
-            self.cgroup = isolation.SlotCgroup(name, disable, os.environ.get("MRGRPO_SANDBOX_CGROUP_PARENT"))
+            self.cgroup = cgroups.SlotCgroup(name, disable, os.environ.get("MRGRPO_SANDBOX_CGROUP_PARENT"))
         cg_cfg = self.cgroup.config() if self.cgroup is not None and self.cgroup.procs else None
         cfg = {"slot_dir": self.dir, "uid": self.uid, "tmpfs_bytes": TMPFS_BYTES, "tmpfs_inodes": TMPFS_INODES,
                "extra_sys_path": _site_packages(), "disable": sorted(DISABLE), "cgroup": cg_cfg, "cgroup_name": name}
