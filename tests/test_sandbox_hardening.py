@@ -520,7 +520,7 @@ def test_unremovable_looking_leftovers_are_cleaned():
 
 
 def test_remove_tree_handles_any_depth(tmp_path):
-    from mrgrpo.sandbox.isolation import remove_tree
+    from mrgrpo.sandbox.rootfs import remove_tree
 
     fd = os.open(tmp_path, os.O_RDONLY)
     for _ in range(3000):  # deeper than the recursion limit, built relative to a descriptor
@@ -588,7 +588,7 @@ def test_slots_64_apart_get_different_uids():
     finally:
         for slot in slots:
             slot.stop()
-        from mrgrpo.sandbox.isolation import remove_tree
+        from mrgrpo.sandbox.rootfs import remove_tree
 
         assert remove_tree(base)
 

@@ -36,7 +36,6 @@ import traceback
 import types
 import warnings
 
-from . import isolation as iso
 from .cgroups import CgroupHandle, cpu_pressure_us, join_cgroup, open_cpu_pressure, private_slot_cgroup
 from .landlock import (
     ALL_FS_RIGHTS,
@@ -78,6 +77,7 @@ from .libc import (
     unshare,
 )
 from .protocol import CTL_OK, OK, recv, send
+from .rootfs import PROC_FLAGS, enter_minimal_root, make_read_only, remove_tree
 from .seccomp import seccomp_available, seccomp_deny_kernel_state_and_unix_sockets
 
 # Imported once here so that each forked test gets them for free.
@@ -404,7 +404,7 @@ class _Zygote:
             return
         try:
             self._make_mount_point()
-            iso.make_read_only(self.slot_dir)
+            make_read_only(self.slot_dir)
             fd, _ = open_path(self.slot_dir)
             try:
                 self.ruleset = self.landlock.ruleset(fd, ALL_FS_RIGHTS)
@@ -508,13 +508,13 @@ class _Zygote:
             except OSError:
                 # Never expected; cleanup must still not fail: empty what is visible. The next test's tmpfs is
                 # mounted over this one, so no later test sees what is left here.
-                iso.remove_tree(tmp)
+                remove_tree(tmp)
                 self.mount_point_made = os.path.isdir(tmp)
             return
         try:
             os.rmdir(tmp)  # a program that wrote nothing left an empty directory
         except OSError:
-            iso.remove_tree(tmp)  # an unremovable leftover stays under a name no later test gets
+            remove_tree(tmp)  # an unremovable leftover stays under a name no later test gets
 
     def _unmount_test_proc(self) -> None:
         """Unmount the proc the last test mounted over the slot's (none if its set-up failed before): the slot's
@@ -557,7 +557,7 @@ class _Zygote:
             if self.layers["ipc_ns"] == "test":
                 fixed.append((unshare, (CLONE_NEWIPC,)))
             if self.proc_dev is not None:  # a proc of the test's own PID namespace (before Landlock: no mounts then)
-                fixed.append((mount, (b"proc", b"/proc", b"proc", iso.PROC_FLAGS, self.proc_options)))
+                fixed.append((mount, (b"proc", b"/proc", b"proc", PROC_FLAGS, self.proc_options)))
             self.fixed_calls = (fixed, self._isolation_calls())
         before_rlimits, after_rlimits = self.fixed_calls
         calls = [] if self.pidns_fd is not None else [(os.setsid, ())]
@@ -1025,7 +1025,7 @@ def _zygote_main(cfg, req_fd, resp_fd, layers, warnings_out, is_root) -> None:
     layers["minimal_root"] = False
     if layers["tmpfs"] and "minimal_root" not in cfg.get("disable", ()):
         try:
-            proc = iso.enter_minimal_root(cfg["slot_dir"] + ".root", _read_paths(cfg), list(_DEVICES),
+            proc = enter_minimal_root(cfg["slot_dir"] + ".root", _read_paths(cfg), list(_DEVICES),
                                           [cfg["slot_dir"]])
             layers["minimal_root"] = True
             if proc is not None and zygote.pidns_fd is not None:

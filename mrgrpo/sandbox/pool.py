@@ -24,8 +24,9 @@ import threading
 import time
 from contextlib import contextmanager
 
-from . import admission, cgroups, isolation
+from . import admission, cgroups
 from .protocol import HEADER, RAW_FIELDS
+from .rootfs import remove_tree
 
 logger = logging.getLogger("mrgrpo.sandbox")
 
@@ -321,7 +322,7 @@ class Pool:
             return
         for slot in slots:
             slot.stop()
-        isolation.remove_tree(self.base_dir)
+        remove_tree(self.base_dir)
 
 
 _pool: Pool | None = None

@@ -1,8 +1,8 @@
-"""Linux isolation primitives through libc (ctypes): namespaces, Landlock, rlimits, capabilities.
+"""File trees of a slot: the minimal root its mount namespace pivots into, and the removal of a test's tree.
 
-Standard library only: the zygote loads this file by path (it runs `python -I -S`, without site-packages).
-Every function either does what it says or raises OSError; deciding what to do without a layer is the
-caller's job (worker.py), which reports it so that the parent can warn once.
+`enter_minimal_root` (once, in the fork server) leaves a test nothing of the host's file tree but read-only binds of
+what it may read, a few devices, a proc and the slot's tmpfs; `remove_tree` removes whatever a test left, at any
+depth, without ever raising (also used by the parent for its slots' directory).
 """
 
 from __future__ import annotations
@@ -21,101 +21,6 @@ from .libc import (
     mount,
     umount,
 )
-
-# ---------------------------------------------------------------- removal that cannot fail
-
-
-def remove_tree(path: str, max_steps: int = 1_000_000) -> bool:
-    """Remove `path` and everything under it without recursion (any depth), one descriptor at a time, and
-    without raising: True when it is gone. Meant for directories whose writers are all dead (a test's)."""
-    import stat as _stat
-
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    if not _stat.S_ISDIR(st.st_mode):
-        try:
-            os.unlink(path)
-        except OSError:
-            return False
-        return True
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return False
-    names: list[str] = []  # path from `path` down to the directory `fd` is
-    stuck: set[tuple[int, int]] = set()  # directories that could not be emptied: never entered again
-    steps = 0
-    try:
-        while steps < max_steps:
-            steps += 1
-            entered = False
-            try:
-                entries = os.listdir(fd)
-            except OSError:
-                entries = []
-            for name in entries:
-                steps += 1
-                try:
-                    os.unlink(name, dir_fd=fd)
-                    continue
-                except FileNotFoundError:
-                    continue
-                except OSError:
-                    pass
-                try:
-                    os.rmdir(name, dir_fd=fd)
-                    continue
-                except OSError:
-                    pass
-                try:
-                    child = os.open(name, flags, dir_fd=fd)
-                except OSError:
-                    continue
-                cst = os.fstat(child)
-                if (cst.st_dev, cst.st_ino) in stuck:
-                    os.close(child)
-                    continue
-                try:
-                    os.fchmod(child, 0o700)
-                except OSError:
-                    pass
-                os.close(fd)
-                fd, entered = child, True
-                names.append(name)
-                break
-            if entered:
-                continue
-            if not names:
-                break
-            here = os.fstat(fd)
-            parent = os.open("..", flags, dir_fd=fd)
-            os.close(fd)
-            fd = parent
-            name = names.pop()
-            try:
-                os.rmdir(name, dir_fd=fd)
-            except OSError:
-                stuck.add((here.st_dev, here.st_ino))
-    except OSError:
-        pass
-    finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    try:
-        os.rmdir(path)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return True
-
 
 # ---------------------------------------------------------------- a minimal file tree (mount namespace)
 
@@ -240,3 +145,98 @@ def enter_minimal_root(new_root: str, read_paths: list[str], devices: list[str],
     except OSError:
         pass
     return proc_options
+
+
+# ---------------------------------------------------------------- removal that cannot fail
+
+
+def remove_tree(path: str, max_steps: int = 1_000_000) -> bool:
+    """Remove `path` and everything under it without recursion (any depth), one descriptor at a time, and
+    without raising: True when it is gone. Meant for directories whose writers are all dead (a test's)."""
+    import stat as _stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if not _stat.S_ISDIR(st.st_mode):
+        try:
+            os.unlink(path)
+        except OSError:
+            return False
+        return True
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    names: list[str] = []  # path from `path` down to the directory `fd` is
+    stuck: set[tuple[int, int]] = set()  # directories that could not be emptied: never entered again
+    steps = 0
+    try:
+        while steps < max_steps:
+            steps += 1
+            entered = False
+            try:
+                entries = os.listdir(fd)
+            except OSError:
+                entries = []
+            for name in entries:
+                steps += 1
+                try:
+                    os.unlink(name, dir_fd=fd)
+                    continue
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    pass
+                try:
+                    os.rmdir(name, dir_fd=fd)
+                    continue
+                except OSError:
+                    pass
+                try:
+                    child = os.open(name, flags, dir_fd=fd)
+                except OSError:
+                    continue
+                cst = os.fstat(child)
+                if (cst.st_dev, cst.st_ino) in stuck:
+                    os.close(child)
+                    continue
+                try:
+                    os.fchmod(child, 0o700)
+                except OSError:
+                    pass
+                os.close(fd)
+                fd, entered = child, True
+                names.append(name)
+                break
+            if entered:
+                continue
+            if not names:
+                break
+            here = os.fstat(fd)
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            name = names.pop()
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except OSError:
+                stuck.add((here.st_dev, here.st_ino))
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
