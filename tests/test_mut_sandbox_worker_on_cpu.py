@@ -1,13 +1,14 @@
-"""What the sandbox worker reports, pinned in this process (the mutation run of mrgrpo/sandbox/worker.py).
+"""What the sandbox worker reports, pinned in this process (the mutation runs of the worker's modules: protocol.py,
+forkserver.py, watch.py, testproc.py).
 
-The worker normally runs as `python -I -S worker.py`, which cannot import a mutated copy of itself (mutmut's
-trampoline lives in site-packages), so these tests import it here: the program runner `_run_program` on file
-descriptors 0-3 pointed at files for the call (its exit and the process state it changes are restored); the
-zygote's fork-and-watch loop with every isolation layer disabled (the test is a child of this process); and the
+The worker normally runs as `python -I -S worker.py`, which cannot import a mutated copy of its modules (mutmut's
+trampoline lives in site-packages), so these tests import them here: the program runner `testproc._run_program` on
+file descriptors 0-3 pointed at files for the call (its exit and the process state it changes are restored); the
+fork server's fork-and-watch loop with every isolation layer disabled (the test is a child of this process); and the
 pure helpers. The runner turns these reports into verdicts (runner._judge): status and signal, the control
 message's kind (`result`, `badtype`, `exc`, `memory`), and the `tle` / `ole` / `oom` flags. One property per test.
 
-Safety: the zygote here runs as this process's user with no PID namespace, so its init-of-a-test code
+Safety: the fork server here runs as this process's user with no PID namespace, so its init-of-a-test code
 (`_reap_all`, which kills every process it can signal) must never run: it is replaced by a stub that fails the
 test, and the configuration leaves every mount and cgroup path unreachable even with one condition inverted.
 """
@@ -31,8 +32,7 @@ import time
 
 import pytest
 
-from mrgrpo.sandbox import cgroups, protocol
-from mrgrpo.sandbox import launcher as worker
+from mrgrpo.sandbox import cgroups, forkserver, protocol, testproc, watch
 
 # ---- _run_program in this process
 
@@ -67,7 +67,7 @@ def program(monkeypatch, tmp_path):
 
     Everything the call changes in this process is put back before it returns (pytest reports through
     sys.__stdout__ between a test and its teardown)."""
-    monkeypatch.setattr(worker, "os", _Os())
+    monkeypatch.setattr(testproc, "os", _Os())
     before = set(threading.enumerate()) - {threading.main_thread()}
     real_enumerate = threading.enumerate  # only the program's threads (and the main one) are waited for
     monkeypatch.setattr(threading, "enumerate", lambda: [t for t in real_enumerate() if t not in before])
@@ -97,11 +97,11 @@ def program(monkeypatch, tmp_path):
         try:
             for fd in (0, 1, 2, 3):
                 os.dup2(files[fd], fd)
-            streams = worker._test_streams()  # as the zygote makes them (over pipes on 0-2), now over the files
+            streams = testproc.program_streams()  # as the fork server makes them (over pipes on 0-2), here over files
             with pytest.raises(_Exited) as exited, _no_hang():
-                worker._program_process_state(str(tmp_path))  # as the zygote sets it, once, for every test
-                worker._reseed()  # as the zygote does before each fork
-                worker._run_program(compiled, req, worker._fresh_main(fn_name is not None, preamble), streams)
+                testproc.program_process_state(str(tmp_path))  # as the fork server sets it, once, for every test
+                testproc.reseed()  # as the fork server does before each fork
+                testproc._run_program(compiled, req, testproc.fresh_main(fn_name is not None, preamble), streams)
         finally:
             for fd in (0, 1, 2, 3):
                 if saved[fd] is None:
@@ -310,7 +310,7 @@ def test_missing_entry_point_is_an_exception(program):
 
 def test_exit_status():
     """_exit_status: None is 0, an int is taken modulo 256, anything else is printed and is 1."""
-    assert [worker._exit_status(c) for c in (None, 0, 3, 256 + 3, -1, True)] == [0, 0, 3, 3, 255, 1]
+    assert [testproc._exit_status(c) for c in (None, 0, 3, 256 + 3, -1, True)] == [0, 0, 3, 3, 255, 1]
 
 
 def test_to_plain_keeps_json_types_exactly():
@@ -325,14 +325,14 @@ def test_to_plain_keeps_json_types_exactly():
     class Str(str):
         pass
 
-    out = worker._to_plain([True, False, None, Int(5), Float(0.5), Str("s"), (1, [2])])
+    out = testproc._to_plain([True, False, None, Int(5), Float(0.5), Str("s"), (1, [2])])
     assert out == [True, False, None, 5, 0.5, "s", [1, [2]]]
     assert [type(v) for v in out] == [bool, bool, type(None), int, float, str, list]
 
 
 def test_to_plain_dict_keys_follow_json():
     """_to_plain: dict keys that JSON allows become its strings ('2', 'null', 'true', '0.5'), others raise."""
-    assert worker._to_plain({2: 1, None: 2, True: 3, 0.5: 4, "k": (5,)}) == {
+    assert testproc._to_plain({2: 1, None: 2, True: 3, 0.5: 4, "k": (5,)}) == {
         "2": 1,
         "null": 2,
         "true": 3,
@@ -340,7 +340,7 @@ def test_to_plain_dict_keys_follow_json():
         "k": [5],
     }
     with pytest.raises(TypeError, match="^dict key of type tuple is not plain JSON$"):
-        worker._to_plain({(1,): 1})
+        testproc._to_plain({(1,): 1})
 
 
 def test_to_plain_refuses_other_types():
@@ -354,7 +354,7 @@ def test_to_plain_refuses_other_types():
 
     for value, name in (({1}, "set"), (L(), "L"), (D(), "D"), (object(), "object"), (b"x", "bytes")):
         with pytest.raises(TypeError, match=f"^return value of type {name} is not plain JSON$"):
-            worker._to_plain([value])
+            testproc._to_plain([value])
 
 
 def test_to_plain_nesting_limit():
@@ -366,9 +366,9 @@ def test_to_plain_nesting_limit():
             value = [value]
         return value
 
-    assert worker._to_plain(nested(200)) == nested(200)
+    assert testproc._to_plain(nested(200)) == nested(200)
     with pytest.raises(TypeError, match="^return value nested too deeply$"):
-        worker._to_plain(nested(201))
+        testproc._to_plain(nested(201))
 
 
 def test_to_plain_nesting_limit_counts_dicts_too():
@@ -380,9 +380,9 @@ def test_to_plain_nesting_limit_counts_dicts_too():
             value = {"k": value}
         return value
 
-    assert worker._to_plain(nested(200)) == nested(200)
+    assert testproc._to_plain(nested(200)) == nested(200)
     with pytest.raises(TypeError, match="^return value nested too deeply$"):
-        worker._to_plain(nested(201))
+        testproc._to_plain(nested(201))
 
 
 def test_entry_point_prefers_the_solution_method():
@@ -395,9 +395,9 @@ def test_entry_point_prefers_the_solution_method():
     def f():
         return "function"
 
-    assert worker._entry_point({"Solution": Solution, "f": f}, "f")() == "method"
-    assert worker._entry_point({"Solution": Solution, "g": f}, "g")() == "function"
-    assert worker._entry_point({"Solution": 5, "f": f}, "f")() == "function"  # not a class
+    assert testproc.entry_point({"Solution": Solution, "f": f}, "f")() == "method"
+    assert testproc.entry_point({"Solution": Solution, "g": f}, "g")() == "function"
+    assert testproc.entry_point({"Solution": 5, "f": f}, "f")() == "function"  # not a class
 
 
 def test_entry_point_missing_or_not_callable_is_a_name_error():
@@ -405,7 +405,7 @@ def test_entry_point_missing_or_not_callable_is_a_name_error():
     message = "^entry point 'f' is not defined \\(neither a function nor a method of class Solution\\)$"
     for namespace in ({}, {"f": 3}, {"Solution": type("Solution", (), {})}):
         with pytest.raises(NameError, match=message):
-            worker._entry_point(namespace, "f")
+            testproc.entry_point(namespace, "f")
 
 
 def _pipe_with(data: bytes):
@@ -433,14 +433,14 @@ def _no_hang(seconds: float = 10.0):
 
 def test_chunks_cap_marks_over_and_keeps_nothing_past_it():
     """_Chunks with a cap: reads up to the cap are kept; the read that passes it sets `over` and is not kept."""
-    chunks = worker._Chunks(cap=5)
+    chunks = watch._Chunks(cap=5)
     r = _pipe_with(b"abcde")
     try:
         assert chunks.read_from(r) == 5 and not chunks.over and bytes(chunks.tail(10)) == b"abcde"
         assert chunks.read_from(r) == 0
     finally:
         os.close(r)
-    chunks = worker._Chunks(cap=5)
+    chunks = watch._Chunks(cap=5)
     r = _pipe_with(b"abcdef")
     try:
         assert chunks.read_from(r) == 6 and chunks.over and chunks.parts == [] and chunks.n == 6
@@ -450,7 +450,7 @@ def test_chunks_cap_marks_over_and_keeps_nothing_past_it():
 
 def test_chunks_without_cap_keep_a_tail():
     """_Chunks without a cap (stderr) keep the newest bytes, at least the last 8 KiB, and drop the oldest."""
-    chunks = worker._Chunks(cap=None)
+    chunks = watch._Chunks(cap=None)
     for i in range(6):
         r = _pipe_with(bytes([65 + i]) * 10_000)
         try:
@@ -468,7 +468,7 @@ def test_chunks_without_cap_keep_a_tail():
 )
 def test_chunks_without_cap_drop_old_reads_past_16_kib(reads, kept):
     """_Chunks without a cap drop their oldest reads while more than 16 KiB is kept, never the newest read."""
-    chunks = worker._Chunks(cap=None)
+    chunks = watch._Chunks(cap=None)
     for size in reads:
         r = _pipe_with(b"z" * size)
         try:
@@ -480,7 +480,7 @@ def test_chunks_without_cap_drop_old_reads_past_16_kib(reads, kept):
 
 def test_chunks_tail_spans_reads():
     """_Chunks.tail(n) is the last n bytes of everything kept, across reads."""
-    chunks = worker._Chunks(cap=100)
+    chunks = watch._Chunks(cap=100)
     for data in (b"abc", b"def"):
         r = _pipe_with(data)
         try:
@@ -492,7 +492,7 @@ def test_chunks_tail_spans_reads():
 
 def test_chunks_wipe_zeroes_the_bytes():
     """_Chunks.wipe zeroes every kept buffer (no later test can find the output in memory) and forgets them."""
-    chunks = worker._Chunks(cap=100)
+    chunks = watch._Chunks(cap=100)
     r = _pipe_with(b"secret")
     try:
         chunks.read_from(r)
@@ -507,27 +507,27 @@ def test_chunks_keep_exact_sizes_and_leave_no_copy_in_the_scratch_buffer():
     """A read keeps exactly the bytes read, and the shared scratch buffer it went through is zeroed again (over the
     cap too): the only copy of a test's output is in parts that wipe() zeroes."""
     for cap, data in ((100, b"secret"), (3, b"secret")):
-        chunks = worker._Chunks(cap=cap)
+        chunks = watch._Chunks(cap=cap)
         r = _pipe_with(data)
         try:
             assert chunks.read_from(r) == 6
         finally:
             os.close(r)
         assert [bytes(p) for p in chunks.parts] == ([data] if cap > 6 else [])
-        assert bytes(worker._Chunks._scratch) == bytes(worker._Chunks._SIZE)
+        assert bytes(watch._Chunks._scratch) == bytes(watch._Chunks._SIZE)
 
 
 def test_send_and_recv_round_trip_with_raw_buffers():
     """send frames a message and appends each buffer's bytes (lengths in `raw`), then wipes them; recv reads it."""
     r, w = os.pipe()
     try:
-        out = worker._Chunks(cap=100)
+        out = watch._Chunks(cap=100)
         src = _pipe_with(b"hello")
         out.read_from(src)
         os.close(src)
         part = out.parts[0]
         with _no_hang():
-            protocol.send(w, {"exit": 0}, [out, worker._Chunks(cap=100)])
+            protocol.send(w, {"exit": 0}, [out, watch._Chunks(cap=100)])
         assert bytes(part) == bytes(5) and out.parts == []
         os.close(w)
         w = -1
@@ -547,7 +547,7 @@ def test_send_goes_on_after_partial_writes_and_past_iov_max(monkeypatch):
     pieces = [bytes([i % 251]) * (1 + i % 3) for i in range(3000)]
     bufs = []
     for i in range(0, 3000, 1000):
-        b = worker._Chunks(cap=None)
+        b = watch._Chunks(cap=None)
         b.parts = [bytearray(x) for x in pieces[i:i + 1000]] + [bytearray()]
         bufs.append(b)
     calls = []
@@ -632,7 +632,7 @@ def test_recv_reads_exactly_one_message_from_a_file(tmp_path):
         os.close(fd)
 
 
-# ---- the zygote's fork-and-watch loop, in a child of this process with every layer disabled
+# ---- the fork server's fork-and-watch loop, in a child of this process with every layer disabled
 
 
 class _SafeOs:
@@ -689,10 +689,11 @@ class FakeCgroup:
 
 
 @pytest.fixture
-def zygote(tmp_path, monkeypatch):
-    monkeypatch.setattr(worker, "_reap_all", _no_init)
-    monkeypatch.setattr(worker, "os", _SafeOs())
-    monkeypatch.setattr(worker, "fork", os.fork)  # this process may have threads: CPython's fork, not libc's
+def fork_server(tmp_path, monkeypatch):
+    monkeypatch.setattr(testproc, "_reap_all", _no_init)
+    for module in (forkserver, watch, testproc):
+        monkeypatch.setattr(module, "os", _SafeOs())
+    monkeypatch.setattr(forkserver, "fork", os.fork)  # this process may have threads: CPython's fork, not libc's
     cfg = {
         "slot_dir": str(tmp_path),
         "uid": None,
@@ -709,7 +710,7 @@ def zygote(tmp_path, monkeypatch):
             "minimal_root",
             "test_tmpfs",
         ],
-        # a slot cgroup that cannot be opened: the zygote runs without one, and never makes one of its own
+        # a slot cgroup that cannot be opened: the fork server runs without one, and never makes one of its own
         "cgroup": {"procs": [str(tmp_path / "none" / "cgroup.procs")], "cpu": None, "mem": None},
         "cgroup_name": None,
     }
@@ -725,7 +726,7 @@ def zygote(tmp_path, monkeypatch):
         "cgroup_cpu": None,
         "cgroup_memory": None,
     }
-    z = worker._Zygote(cfg, layers, [], False)
+    z = forkserver.ForkServer(cfg, layers, [], False)
     assert z.cg is None and not z.reaper and z.pidns_fd is None and z.uid is None
     yield z
     gc.unfreeze()
@@ -739,7 +740,7 @@ def _run_test(z, req):
     try:
         with _no_hang(30.0):
             reply, buffers = z.run_test(req)
-            z.clean_up()  # as the zygote's loop does once the reply is sent
+            z.clean_up()  # as the fork server's loop does once the reply is sent
     finally:
         if os.getpid() != me:  # a forked test process that came back here (a broken fork): never run pytest twice
             os._exit(70)
@@ -753,16 +754,16 @@ def _test(z, code, stdin=b"", code_id=1, **limits):
     return _run_test(z, req)
 
 
-def test_zygote_reports_status_output_and_stdin(zygote):
+def test_fork_server_reports_status_output_and_stdin(fork_server):
     """A test's reply: exit status, no signal, no tle/ole/oom, its stdout, and all of a large stdin was fed."""
     stdin = b"x" * (1 << 18) + b"\n"
-    reply, out, err, ctl = _test(zygote, "import sys\nprint(len(sys.stdin.read()))\nsys.exit(3)", stdin)
+    reply, out, err, ctl = _test(fork_server, "import sys\nprint(len(sys.stdin.read()))\nsys.exit(3)", stdin)
     assert (reply["exit"], reply["sig"], reply["tle"], reply["ole"], reply["oom"]) == (3, None, False, False, False)
     assert out == b"%d\n" % len(stdin) and json.loads(ctl) == {"kind": "ok"} and "infra" not in reply
     assert 0 <= reply["cpu"] < _LIMITS["time_s"]
 
 
-def test_zygote_call_mode_has_an_empty_stdin(zygote):
+def test_fork_server_call_mode_has_an_empty_stdin(fork_server):
     """A call-mode request carries no stdin: the program reads end-of-file at once."""
     req = {
         "code_id": 1,
@@ -772,111 +773,112 @@ def test_zygote_call_mode_has_an_empty_stdin(zygote):
         "mode": "call",
         "args": marshal.dumps([]),
     }
-    reply, _, _, ctl = _run_test(zygote, req)
+    reply, _, _, ctl = _run_test(fork_server, req)
     assert reply["exit"] == 0 and json.loads(ctl) == {"kind": "result", "value": '""'}
 
 
-def test_zygote_reports_the_killing_signal(zygote):
+def test_fork_server_reports_the_killing_signal(fork_server):
     """A program killed by a signal has no exit status and that signal."""
-    reply, *_ = _test(zygote, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    reply, *_ = _test(fork_server, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
     assert (reply["exit"], reply["sig"], reply["tle"]) == (None, signal.SIGSEGV, False)
 
 
-def test_zygote_wall_clock_is_tle(zygote):
+def test_fork_server_wall_clock_is_tle(fork_server):
     """A program still running at wall_s is killed and flagged tle (not ole)."""
-    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.5)
+    reply, *_ = _test(fork_server, "import time\ntime.sleep(30)", wall_s=0.5)
     assert (reply["tle"], reply["ole"], reply["sig"]) == (True, False, signal.SIGKILL)
     assert 0.5 <= reply["wall"] and "infra" not in reply
 
 
-def test_zygote_output_over_the_cap_is_ole(zygote):
+def test_fork_server_output_over_the_cap_is_ole(fork_server):
     """stdout past output_bytes is flagged ole and the program is killed; nothing of the flood is kept."""
-    reply, out, *_ = _test(zygote, "while True:\n    print('x' * 1000)", output_bytes=1 << 14)
+    reply, out, *_ = _test(fork_server, "while True:\n    print('x' * 1000)", output_bytes=1 << 14)
     assert (reply["ole"], reply["tle"], reply["sig"]) == (True, False, signal.SIGKILL)
     assert len(out) <= 1 << 14
 
 
-def test_zygote_result_channel_over_the_cap_is_ole(zygote):
+def test_fork_server_result_channel_over_the_cap_is_ole(fork_server):
     """A control message past output_bytes + 4 KiB (a huge return value) is ole too."""
-    reply, *_ = _test(zygote, "import os\nos.write(3, b'x' * 30000)\nimport time\ntime.sleep(30)", output_bytes=1 << 14)
+    code = "import os\nos.write(3, b'x' * 30000)\nimport time\ntime.sleep(30)"
+    reply, *_ = _test(fork_server, code, output_bytes=1 << 14)
     assert (reply["ole"], reply["tle"], reply["sig"]) == (True, False, signal.SIGKILL)
 
 
-def test_zygote_output_exactly_at_the_caps_is_not_ole(zygote):
+def test_fork_server_output_exactly_at_the_caps_is_not_ole(fork_server):
     """Exactly output_bytes of stdout, and exactly output_bytes + 4 KiB on the result channel, are within the limit."""
     ok = len(b'{"kind": "ok"}')  # the worker's own message follows the program's bytes on the channel
     code = f"import os\nos.write(1, b'x' * 16384)\nos.write(3, b'y' * {16384 + 4096 - ok})"
-    reply, out, _, ctl = _test(zygote, code, output_bytes=1 << 14)
+    reply, out, _, ctl = _test(fork_server, code, output_bytes=1 << 14)
     assert (reply["ole"], reply["exit"], len(out), len(ctl)) == (False, 0, 16384, 16384 + 4096)
 
 
-def test_zygote_stderr_flood_is_not_ole(zygote):
+def test_fork_server_stderr_flood_is_not_ole(fork_server):
     """A flood on stderr is no OLE: only its tail is kept and the program ends normally."""
-    reply, out, err, _ = _test(zygote, "import sys\nsys.stderr.write('e' * (1 << 20))\nprint('ok')")
+    reply, out, err, _ = _test(fork_server, "import sys\nsys.stderr.write('e' * (1 << 20))\nprint('ok')")
     assert (reply["ole"], reply["exit"], out) == (False, 0, b"ok\n")
     assert 8192 <= len(err) < 1 << 20
 
 
-def test_zygote_setup_failure_is_infra_with_the_error(zygote):
+def test_fork_server_setup_failure_is_infra_with_the_error(fork_server):
     """A test process that fails before the program starts (no ready byte) is reported as infra with its error."""
-    reply, *_ = _test(zygote, "print(1)", memory_mb=1 << 50)  # an rlimit too large for setrlimit: the child fails
+    reply, *_ = _test(fork_server, "print(1)", memory_mb=1 << 50)  # an rlimit too large for setrlimit: the child fails
     assert reply["infra"].startswith("test process setup failed: Traceback (most recent call last):\n")
     assert reply["infra"].endswith("OverflowError: Python int too large to convert to C long\n")
 
 
-def test_zygote_syntax_error_is_se_with_the_line(zygote):
+def test_fork_server_syntax_error_is_se_with_the_line(fork_server):
     """A program that does not compile is answered with se naming the error and its line, without a fork."""
     req = {"code_id": 7, "code": "x = 1\ndef f(:\n", "limits": _LIMITS, "fn_name": None, "mode": "stdio", "stdin": b""}
-    reply, buffers = zygote.run_test(req)
+    reply, buffers = fork_server.run_test(req)
     assert buffers == [] and reply == {"se": "SyntaxError: invalid syntax (line 2)"}
 
 
-def test_zygote_compiles_once_per_code_id(zygote):
+def test_fork_server_compiles_once_per_code_id(fork_server):
     """The same code_id reuses the compiled program (a request may leave the code out); a new id recompiles."""
-    assert _test(zygote, "print(1)", code_id=1)[1] == b"1\n"
-    assert _test(zygote, None, code_id=1)[1] == b"1\n"
-    assert _test(zygote, "print(2)", code_id=2)[1] == b"2\n"
+    assert _test(fork_server, "print(1)", code_id=1)[1] == b"1\n"
+    assert _test(fork_server, None, code_id=1)[1] == b"1\n"
+    assert _test(fork_server, "print(2)", code_id=2)[1] == b"2\n"
 
 
-def test_zygote_removes_each_test_directory(zygote, tmp_path):
+def test_fork_server_removes_each_test_directory(fork_server, tmp_path):
     """Each test gets a fresh directory, gone after the test."""
-    reply, out, *_ = _test(zygote, "import os\nopen('f', 'w').write('x')\nprint(os.getcwd())")
+    reply, out, *_ = _test(fork_server, "import os\nopen('f', 'w').write('x')\nprint(os.getcwd())")
     assert out.decode().startswith(str(tmp_path / "t")) and os.listdir(tmp_path) == []
 
 
-def test_zygote_closes_every_pipe_of_a_test(zygote):
-    """No descriptor of a finished test stays open in the zygote."""
-    _test(zygote, "print(1)")
+def test_fork_server_closes_every_pipe_of_a_test(fork_server):
+    """No descriptor of a finished test stays open in the fork_server."""
+    _test(fork_server, "print(1)")
     before = sorted(os.listdir("/proc/self/fd"))
-    _test(zygote, "print(input())", stdin=b"fed\n")
-    _test(zygote, "import time\ntime.sleep(30)", wall_s=0.3)
+    _test(fork_server, "print(input())", stdin=b"fed\n")
+    _test(fork_server, "import time\ntime.sleep(30)", wall_s=0.3)
     assert sorted(os.listdir("/proc/self/fd")) == before
 
 
-def test_zygote_oom_kill_in_the_slot_cgroup_is_reported(zygote):
+def test_fork_server_oom_kill_in_the_slot_cgroup_is_reported(fork_server):
     """The slot cgroup's OOM-kill counter rising during a test sets oom (the runner's MLE); the memory limit is
     memory_mb plus the tmpfs."""
-    zygote.cg = FakeCgroup(oom_kills=(3, 4))
-    reply, *_ = _test(zygote, "print(1)")
-    assert reply["oom"] is True and zygote.cg.memory == [(512 << 20) + (1 << 20)]
-    zygote.cg = FakeCgroup(oom_kills=(3, 3))
-    assert _test(zygote, "print(1)")[0]["oom"] is False
+    fork_server.cg = FakeCgroup(oom_kills=(3, 4))
+    reply, *_ = _test(fork_server, "print(1)")
+    assert reply["oom"] is True and fork_server.cg.memory == [(512 << 20) + (1 << 20)]
+    fork_server.cg = FakeCgroup(oom_kills=(3, 3))
+    assert _test(fork_server, "print(1)")[0]["oom"] is False
 
 
-def test_zygote_waits_for_an_earlier_tests_memory_to_be_freed(zygote):
+def test_fork_server_waits_for_an_earlier_tests_memory_to_be_freed(fork_server):
     """A test starts only once the slot cgroup holds less than _HELD_SLACK of earlier tests' memory."""
-    zygote.cg = FakeCgroup(held=(300 << 20, 300 << 20, worker._HELD_SLACK, worker._HELD_SLACK - 1))
-    reply, out, *_ = _test(zygote, "print(1)")
-    assert (reply["exit"], out, zygote.cg.held_reads) == (0, b"1\n", 4)
+    fork_server.cg = FakeCgroup(held=(300 << 20, 300 << 20, forkserver._HELD_SLACK, forkserver._HELD_SLACK - 1))
+    reply, out, *_ = _test(fork_server, "print(1)")
+    assert (reply["exit"], out, fork_server.cg.held_reads) == (0, b"1\n", 4)
 
 
-def test_zygote_memory_never_freed_is_infra_and_runs_nothing(zygote, monkeypatch, tmp_path):
-    monkeypatch.setattr(worker, "_HELD_WAIT_S", 0.05)
-    zygote.cg = FakeCgroup(held=(300 << 20,))
+def test_fork_server_memory_never_freed_is_infra_and_runs_nothing(fork_server, monkeypatch, tmp_path):
+    monkeypatch.setattr(forkserver, "_HELD_WAIT_S", 0.05)
+    fork_server.cg = FakeCgroup(held=(300 << 20,))
     flag = tmp_path / "ran"
-    reply, *rest = _test(zygote, f"open({str(flag)!r}, 'w').write('x')")
+    reply, *rest = _test(fork_server, f"open({str(flag)!r}, 'w').write('x')")
     assert reply == {"infra": "the slot cgroup still holds 300 MiB of an earlier test's memory 0 s after it ended"}
-    assert not flag.exists() and zygote.cg.memory == [] and zygote.cg.held_reads > 2
+    assert not flag.exists() and fork_server.cg.memory == [] and fork_server.cg.held_reads > 2
 
 
 def _cgroup_files(tmp_path, kind: str, usage: int, stat: str) -> cgroups.CgroupHandle:
@@ -898,102 +900,102 @@ def test_held_bytes_under_the_threshold_is_the_usage_without_parsing(tmp_path):
     assert _cgroup_files(tmp_path, "v1", 5000, "not parsed").held_bytes(5001) == 5000
 
 
-def test_zygote_cgroup_cpu_over_the_limit_is_tle(zygote):
+def test_fork_server_cgroup_cpu_over_the_limit_is_tle(fork_server):
     """With a slot cgroup, the CPU of all the test's processes is checked while it runs: over time_s, tle and
     killed; the reported CPU is the cgroup's."""
-    zygote.cg = FakeCgroup(cpu_ns=(5_000_000_000, 7_500_000_000))  # 2.5 s used since the test started
-    reply, *_ = _test(zygote, "import time\ntime.sleep(30)")
+    fork_server.cg = FakeCgroup(cpu_ns=(5_000_000_000, 7_500_000_000))  # 2.5 s used since the test started
+    reply, *_ = _test(fork_server, "import time\ntime.sleep(30)")
     assert (reply["tle"], reply["sig"], reply["cpu"]) == (True, signal.SIGKILL, 2.5)
 
 
-def test_zygote_cgroup_cpu_under_the_limit_is_reported(zygote):
+def test_fork_server_cgroup_cpu_under_the_limit_is_reported(fork_server):
     """With a slot cgroup under the CPU limit the test runs to its end, and reports the cgroup's CPU when larger."""
-    zygote.cg = FakeCgroup(cpu_ns=(5_000_000_000, 6_500_000_000))
-    reply, out, *_ = _test(zygote, "print(1)")
+    fork_server.cg = FakeCgroup(cpu_ns=(5_000_000_000, 6_500_000_000))
+    reply, out, *_ = _test(fork_server, "print(1)")
     assert (reply["tle"], reply["exit"], reply["cpu"], out) == (False, 0, 1.5, b"1\n")
 
 
-def test_zygote_cpu_check_kills_a_test_process_before_its_setsid(zygote, monkeypatch):
+def test_fork_server_cpu_check_kills_a_test_process_before_its_setsid(fork_server, monkeypatch):
     """Without a PID namespace a test is killed by process group: a test process the CPU check kills before its
     setsid() (a loaded node starts it late) has no group yet, and is killed by its pid. Seen under load as "did not
     die 10 s after SIGKILL"."""
-    zygote.cg = FakeCgroup(cpu_ns=(5_000_000_000, 7_500_000_000))
-    setup = zygote._setup_calls
-    monkeypatch.setattr(zygote, "_setup_calls", lambda *a: [(time.sleep, (1.0,)), *setup(*a)])  # late to setsid
-    reply, *_ = _test(zygote, "import time\ntime.sleep(30)")
+    fork_server.cg = FakeCgroup(cpu_ns=(5_000_000_000, 7_500_000_000))
+    setup = fork_server._setup_calls
+    monkeypatch.setattr(fork_server, "_setup_calls", lambda *a: [(time.sleep, (1.0,)), *setup(*a)])  # late to setsid
+    reply, *_ = _test(fork_server, "import time\ntime.sleep(30)")
     assert (reply["tle"], reply["sig"], reply["cpu"]) == (True, signal.SIGKILL, 2.5)
 
 
 # ---- the wall backstop gives a test back the time it waited for a CPU (`_stretch`)
 
 
-def _waited(zygote, monkeypatch, wait):
-    """Make the zygote's CPU-wait reading `wait(seconds since the test started)`."""
+def _waited(fork_server, monkeypatch, wait):
+    """Make the fork server's CPU-wait reading `wait(seconds since the test started)`."""
     started = []
-    real = zygote._cpu_wait
+    real = fork_server._cpu_wait
 
     def fake(pid):
         real(pid)  # the real reading runs too (and must not fail)
         return wait(time.monotonic() - started[0])
 
-    monkeypatch.setattr(zygote, "_cpu_wait", fake)
-    fork = worker.fork
+    monkeypatch.setattr(fork_server, "_cpu_wait", fake)
+    fork = forkserver.fork
 
     def forking():
         started.append(time.monotonic())
         return fork()
 
-    monkeypatch.setattr(worker, "fork", forking)
+    monkeypatch.setattr(forkserver, "fork", forking)
 
 
-def test_zygote_a_sleeping_test_is_killed_at_the_wall_limit_even_with_a_cap(zygote, monkeypatch):
+def test_fork_server_a_sleeping_test_is_killed_at_the_wall_limit_even_with_a_cap(fork_server, monkeypatch):
     """A test that waited for no CPU had its wall time: killed at wall_s (tle), not starved, whatever the cap."""
-    _waited(zygote, monkeypatch, lambda elapsed: 0.0)
-    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.3, wall_cap_s=60.0)
+    _waited(fork_server, monkeypatch, lambda elapsed: 0.0)
+    reply, *_ = _test(fork_server, "import time\ntime.sleep(30)", wall_s=0.3, wall_cap_s=60.0)
     assert (reply["tle"], reply["sig"], "starved" in reply) == (True, signal.SIGKILL, False)
 
 
-def test_zygote_a_test_kept_from_a_cpu_gets_that_time_back(zygote, monkeypatch):
+def test_fork_server_a_test_kept_from_a_cpu_gets_that_time_back(fork_server, monkeypatch):
     """A test that waited 20 s for a CPU by its wall deadline (0.3 s) runs on: it ends normally, no tle."""
-    _waited(zygote, monkeypatch, lambda elapsed: 20.0)
-    reply, out, *_ = _test(zygote, "import time\ntime.sleep(0.6)\nprint('done')", wall_s=0.3, wall_cap_s=60.0)
+    _waited(fork_server, monkeypatch, lambda elapsed: 20.0)
+    reply, out, *_ = _test(fork_server, "import time\ntime.sleep(0.6)\nprint('done')", wall_s=0.3, wall_cap_s=60.0)
     assert (reply["tle"], reply["exit"], out, "starved" in reply) == (False, 0, b"done\n", False)
 
 
-def test_zygote_a_test_starved_up_to_the_cap_is_killed_and_marked_starved(zygote, monkeypatch):
+def test_fork_server_a_test_starved_up_to_the_cap_is_killed_and_marked_starved(fork_server, monkeypatch):
     """A test that waited for a CPU nearly all the time is killed at the wall cap and marked starved, with the wait
     it had: the runner runs it again instead of calling it TLE."""
-    _waited(zygote, monkeypatch, lambda elapsed: 0.99 * elapsed)
-    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.2, wall_cap_s=0.8)
+    _waited(fork_server, monkeypatch, lambda elapsed: 0.99 * elapsed)
+    reply, *_ = _test(fork_server, "import time\ntime.sleep(30)", wall_s=0.2, wall_cap_s=0.8)
     assert (reply["tle"], reply["sig"]) == (True, signal.SIGKILL)
     assert 0.99 * 0.8 - 0.01 <= reply["starved"] <= 30
 
 
-def test_zygote_a_test_that_had_its_wall_time_after_a_stretch_is_tle_not_starved(zygote, monkeypatch):
+def test_fork_server_a_test_that_had_its_wall_time_after_a_stretch_is_tle_not_starved(fork_server, monkeypatch):
     """Waiting half of the time stretches the deadline, but once the test has had wall_s of time not spent waiting
     it is TLE (not starved), before the cap."""
-    _waited(zygote, monkeypatch, lambda elapsed: 0.5 * elapsed)
-    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.3, wall_cap_s=60.0)
+    _waited(fork_server, monkeypatch, lambda elapsed: 0.5 * elapsed)
+    reply, *_ = _test(fork_server, "import time\ntime.sleep(30)", wall_s=0.3, wall_cap_s=60.0)
     assert (reply["tle"], reply["sig"], "starved" in reply) == (True, signal.SIGKILL, False)
 
 
-def test_zygote_an_unmeasurable_wait_is_not_stretched(zygote, monkeypatch):
+def test_fork_server_an_unmeasurable_wait_is_not_stretched(fork_server, monkeypatch):
     """Where the wait cannot be read, the wall backstop is the verdict, as before (tle, not starved)."""
-    monkeypatch.setattr(zygote, "_cpu_wait", lambda pid: None)
-    reply, *_ = _test(zygote, "import time\ntime.sleep(30)", wall_s=0.3, wall_cap_s=60.0)
+    monkeypatch.setattr(fork_server, "_cpu_wait", lambda pid: None)
+    reply, *_ = _test(fork_server, "import time\ntime.sleep(30)", wall_s=0.3, wall_cap_s=60.0)
     assert (reply["tle"], "starved" in reply) == (True, False)
 
 
-def test_stretch_decides_by_the_time_not_spent_waiting(zygote, monkeypatch):
+def test_stretch_decides_by_the_time_not_spent_waiting(fork_server, monkeypatch):
     """`_stretch` at a deadline: kill (returns now) when the test had wall_s not waiting or no cap; at the cap,
     kill and mark starved; else the new deadline start + wall_s + waited, at least 0.1 s ahead, at most the cap."""
     lim = {"wall_s": 4.0, "wall_cap_s": 16.0}
     wait = []
-    monkeypatch.setattr(zygote, "_cpu_wait", lambda pid: wait[-1])
+    monkeypatch.setattr(fork_server, "_cpu_wait", lambda pid: wait[-1])
 
     def at(now, waited, **kw):
         wait.append(waited)
-        return zygote._stretch(1, 100.0, 100.0 + now, dict(lim, **kw)), zygote.starved
+        return fork_server._stretch(1, 100.0, 100.0 + now, dict(lim, **kw)), fork_server.starved
 
     assert at(4.0, 0.0) == (104.0, False)
     assert at(4.0, 0.01) == (104.0, False)  # short of wall_s by no more than the slack
@@ -1007,7 +1009,7 @@ def test_stretch_decides_by_the_time_not_spent_waiting(zygote, monkeypatch):
     assert at(4.0, 3.0, wall_cap_s=4.0) == (104.0, False)
     del lim["wall_cap_s"]
     assert at(4.0, 3.0) == (104.0, False)
-    assert zygote.waited == 11.0  # the last reading: without a cap the wait is not read at all
+    assert fork_server.waited == 11.0  # the last reading: without a cap the wait is not read at all
 
 
 def test_cpu_pressure_is_read_from_the_cgroup_v2_file(tmp_path):
@@ -1027,43 +1029,43 @@ def test_cpu_pressure_is_read_from_the_cgroup_v2_file(tmp_path):
     assert cgroups.open_cpu_pressure({"cpu": [str(tmp_path / "cpu.stat"), "v2"]}) is None
 
 
-def test_cpu_wait_uses_the_cgroup_counter_since_the_test_started(zygote, tmp_path):
+def test_cpu_wait_uses_the_cgroup_counter_since_the_test_started(fork_server, tmp_path):
     """With the cgroup's counter, the wait is its growth since the reading before the fork (microseconds)."""
     (tmp_path / "cpu.pressure").write_text("some avg10=0 avg60=0 avg300=0 total=7500000\n")
-    zygote.cpu_wait_fd = os.open(tmp_path / "cpu.pressure", os.O_RDONLY)
+    fork_server.cpu_wait_fd = os.open(tmp_path / "cpu.pressure", os.O_RDONLY)
     try:
-        zygote.wait0 = 2_500_000
-        assert zygote._cpu_wait(12345) == 5.0
+        fork_server.wait0 = 2_500_000
+        assert fork_server._cpu_wait(12345) == 5.0
     finally:
-        os.close(zygote.cpu_wait_fd)
-        zygote.cpu_wait_fd = None
+        os.close(fork_server.cpu_wait_fd)
+        fork_server.cpu_wait_fd = None
 
 
-def test_cpu_wait_falls_back_to_the_run_delay_of_pid_1(zygote):
+def test_cpu_wait_falls_back_to_the_run_delay_of_pid_1(fork_server):
     """Without the cgroup counter, the wait is the test PID 1's run delay from /proc/PID/schedstat (seconds), and
     None for a process that is gone."""
     with open(f"/proc/{os.getpid()}/schedstat", "rb") as f:
         before = int(f.read().split()[1]) / 1e9
-    assert zygote._cpu_wait(os.getpid()) >= before
-    assert zygote._cpu_wait(2**22 + 12345) is None
+    assert fork_server._cpu_wait(os.getpid()) >= before
+    assert fork_server._cpu_wait(2**22 + 12345) is None
 
 
-def test_zygote_compiles_without_the_workers_future_flags(zygote):
+def test_fork_server_compiles_without_the_workers_future_flags(fork_server):
     """The program is compiled on its own: the worker's `from __future__ import annotations` does not leak in."""
-    assert _test(zygote, "def f(x: int):\n    pass\nprint(f.__annotations__['x'] is int)")[1] == b"True\n"
+    assert _test(fork_server, "def f(x: int):\n    pass\nprint(f.__annotations__['x'] is int)")[1] == b"True\n"
 
 
-def test_zygote_tracebacks_show_the_programs_lines(zygote):
-    """A program's traceback names solution.py and quotes its source line (the zygote fills linecache)."""
-    reply, _, err, _ = _test(zygote, "x = 1\nraise KeyError('k')")
+def test_fork_server_tracebacks_show_the_programs_lines(fork_server):
+    """A program's traceback names solution.py and quotes its source line (the fork server fills linecache)."""
+    reply, _, err, _ = _test(fork_server, "x = 1\nraise KeyError('k')")
     assert reply["exit"] == 1
     assert b"  File \"solution.py\", line 2, in <module>\n    raise KeyError('k')\n" in err
     assert err.endswith(b"KeyError: 'k'\n")
 
 
-def test_zygote_other_compile_errors_are_se_without_a_line(zygote):
+def test_fork_server_other_compile_errors_are_se_without_a_line(fork_server):
     """A compile error that is not a SyntaxError with a line (a NUL byte) is se with the error's type and text."""
-    reply, buffers = zygote.run_test(
+    reply, buffers = fork_server.run_test(
         {"code_id": 9, "code": "print(1)\x00", "limits": _LIMITS, "fn_name": None, "mode": "stdio", "stdin": b""}
     )
     assert buffers == [] and re.fullmatch(
@@ -1071,68 +1073,68 @@ def test_zygote_other_compile_errors_are_se_without_a_line(zygote):
     )
 
 
-def test_zygote_test_directory_is_private(zygote):
+def test_fork_server_test_directory_is_private(fork_server):
     """The program's working directory is a directory of its own, mode 0700."""
-    assert _test(zygote, "import os\nprint(oct(os.stat('.').st_mode & 0o777))")[1] == b"0o700\n"
+    assert _test(fork_server, "import os\nprint(oct(os.stat('.').st_mode & 0o777))")[1] == b"0o700\n"
 
 
-def test_zygote_result_channel_one_byte_over_is_ole(zygote):
+def test_fork_server_result_channel_one_byte_over_is_ole(fork_server):
     """One byte past output_bytes + 4 KiB on the result channel is ole."""
     ok = len(b'{"kind": "ok"}')
     code = f"import os\nos.write(3, b'y' * {16384 + 4096 - ok + 1})"
-    assert _test(zygote, code, output_bytes=1 << 14)[0]["ole"] is True
+    assert _test(fork_server, code, output_bytes=1 << 14)[0]["ole"] is True
 
 
-def test_zygote_feeds_stdin_while_reading_output(zygote):
-    """A program that writes a lot before reading its (large) stdin does not deadlock the zygote."""
+def test_fork_server_feeds_stdin_while_reading_output(fork_server):
+    """A program that writes a lot before reading its (large) stdin does not deadlock the fork_server."""
     code = "import os\nos.write(1, b'o' * (1 << 20))\nprint(len(open(0, 'rb').read()))"
-    reply, out, *_ = _test(zygote, code, stdin=b"i" * (1 << 20), output_bytes=2 << 20)
+    reply, out, *_ = _test(fork_server, code, stdin=b"i" * (1 << 20), output_bytes=2 << 20)
     assert (reply["exit"], reply["ole"], out) == (0, False, b"o" * (1 << 20) + b"1048576\n")
 
 
-def test_zygote_stdin_left_unread_is_fine(zygote):
+def test_fork_server_stdin_left_unread_is_fine(fork_server):
     """A program that exits without reading its large stdin ends normally."""
-    reply, out, *_ = _test(zygote, "print('bye')", stdin=b"i" * (1 << 20))
+    reply, out, *_ = _test(fork_server, "print('bye')", stdin=b"i" * (1 << 20))
     assert (reply["exit"], out) == (0, b"bye\n")
 
 
-def test_zygote_output_is_read_until_every_writer_is_gone(zygote):
+def test_fork_server_output_is_read_until_every_writer_is_gone(fork_server):
     """Without a PID namespace, output a child of the program writes after the program exits is still kept."""
     code = "import os, time\nif os.fork() == 0:\n    time.sleep(0.2)\n    os.write(1, b'late\\n')\n    os._exit(0)\n"
     code += "print('main')"
-    reply, out, *_ = _test(zygote, code)
+    reply, out, *_ = _test(fork_server, code)
     assert (reply["exit"], out) == (0, b"main\nlate\n")
 
 
-def test_zygote_deadline_kills_the_whole_process_group(zygote):
+def test_fork_server_deadline_kills_the_whole_process_group(fork_server):
     """At the wall deadline the test's whole process group is killed (a child holding the pipes included)."""
     code = "import os, time\nos.fork()\ntime.sleep(30)"
-    reply, *_ = _test(zygote, code, wall_s=0.5)
+    reply, *_ = _test(fork_server, code, wall_s=0.5)
     assert (reply["tle"], reply["sig"]) == (True, signal.SIGKILL)
 
 
-def test_zygote_wall_time_is_measured_from_the_start(zygote):
+def test_fork_server_wall_time_is_measured_from_the_start(fork_server):
     """A test's reported wall time lies between 0 and the time the call took."""
     start = time.monotonic()
-    reply, *_ = _test(zygote, "print(1)")
+    reply, *_ = _test(fork_server, "print(1)")
     assert 0 <= reply["wall"] <= time.monotonic() - start
 
 
-def test_zygote_cgroup_cpu_is_checked_while_the_test_runs(zygote):
+def test_fork_server_cgroup_cpu_is_checked_while_the_test_runs(fork_server):
     """The cgroup's CPU is checked repeatedly while the test runs: crossing time_s on a later check still kills
     the test long before its (one hour) wall limit."""
-    zygote.cg = FakeCgroup(cpu_ns=(0, 1_000_000_000, 1_000_000_000, 2_500_000_000))
-    reply, *_ = _test(zygote, "import time\ntime.sleep(3600)", wall_s=3600.0)
+    fork_server.cg = FakeCgroup(cpu_ns=(0, 1_000_000_000, 1_000_000_000, 2_500_000_000))
+    reply, *_ = _test(fork_server, "import time\ntime.sleep(3600)", wall_s=3600.0)
     assert (reply["tle"], reply["sig"], reply["cpu"]) == (True, signal.SIGKILL, 2.5)
 
 
-def test_zygote_cgroup_cpu_at_the_limit_is_not_over_it(zygote):
+def test_fork_server_cgroup_cpu_at_the_limit_is_not_over_it(fork_server):
     """CPU exactly at time_s, or none at all under a limit below 1 s, never kills the test."""
-    zygote.cg = FakeCgroup(cpu_ns=(0, 2_000_000_000))
-    reply, out, *_ = _test(zygote, "import time\ntime.sleep(0.2)\nprint(1)")
+    fork_server.cg = FakeCgroup(cpu_ns=(0, 2_000_000_000))
+    reply, out, *_ = _test(fork_server, "import time\ntime.sleep(0.2)\nprint(1)")
     assert (reply["tle"], reply["exit"], out) == (False, 0, b"1\n")
-    zygote.cg = FakeCgroup(cpu_ns=(0,))
-    reply, out, *_ = _test(zygote, "import time\ntime.sleep(0.2)\nprint(1)", time_s=0.5)
+    fork_server.cg = FakeCgroup(cpu_ns=(0,))
+    reply, out, *_ = _test(fork_server, "import time\ntime.sleep(0.2)\nprint(1)", time_s=0.5)
     assert (reply["tle"], reply["exit"], out) == (False, 0, b"1\n")
 
 

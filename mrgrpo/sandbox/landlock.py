@@ -46,7 +46,7 @@ _LL_FILE_RIGHTS = LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_TRUNCATE | LL_I
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 when Landlock is unavailable or disabled."""
     ret = LIBC.syscall(ctypes.c_long(SYS_landlock_create_ruleset), None, ctypes.c_size_t(0),
-                        ctypes.c_uint32(_LL_CREATE_RULESET_VERSION))
+                       ctypes.c_uint32(_LL_CREATE_RULESET_VERSION))
     if ret < 0:
         return 0
     return int(ret)
@@ -97,11 +97,11 @@ class LandlockRules:
         test process (`restrict_self`), when the directory its tests write is the same in each (`share_one_ruleset`)."""
         self.extra.allowed_access, self.extra.parent_fd = rights & self.fs, fd
         ruleset = check(LIBC.syscall(_SYS_CREATE, ctypes.byref(self.attr), self.size, _ZERO),
-                         "landlock_create_ruleset")
+                        "landlock_create_ruleset")
         try:
             for rule in self.rules + [self.extra]:
                 check(LIBC.syscall(_SYS_ADD, ruleset, _LL_RULE_PATH_BENEATH, ctypes.byref(rule), _ZERO),
-                       "landlock_add_rule")
+                      "landlock_add_rule")
         except BaseException:
             os.close(ruleset)
             raise

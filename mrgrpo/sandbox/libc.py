@@ -108,7 +108,7 @@ def current_cpu() -> int:
 
 def prctl(option: int, arg: int) -> None:
     check(LIBC.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0)), f"prctl({option})")
+                     ctypes.c_ulong(0)), f"prctl({option})")
 
 
 def map_user_namespace(uid: int, gid: int) -> None:
@@ -123,7 +123,7 @@ def map_user_namespace(uid: int, gid: int) -> None:
 
 def close_fds_from(first: int) -> None:
     if LIBC.syscall(ctypes.c_long(SYS_close_range), ctypes.c_uint(first), ctypes.c_uint(0xFFFFFFFF),
-                     ctypes.c_uint(0)) == -1:
+                    ctypes.c_uint(0)) == -1:
         os.closerange(first, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
