@@ -37,8 +37,12 @@ declare -A TABLE=(
   # hardening tests (60 s: 90 min for 513 mutants) and tests/test_sandbox_unprivileged.py (/usr/bin/python3 there
   # cannot import mutmut: it fails on every mutant).
   [sandbox_runner]="mrgrpo/sandbox/runner.py|tests/test_mut_sandbox_runner_on_cpu.py tests/test_sandbox_verdicts.py tests/test_sandbox_honest.py tests/test_sandbox_compare.py tests/test_sandbox_degraded.py"
-  # worker.py runs as `python -I -S`: a mutated copy cannot import mutmut; only in-process tests reach it.
-  [sandbox_worker]="mrgrpo/sandbox/worker.py|tests/test_mut_sandbox_worker_on_cpu.py"
+  # The worker's modules run under `python -I -S` (worker.py): a mutated copy cannot import mutmut there; only
+  # in-process tests reach them. worker.py itself is only the entry point.
+  [sandbox_protocol]="mrgrpo/sandbox/protocol.py|tests/test_mut_sandbox_worker_on_cpu.py"
+  [sandbox_forkserver]="mrgrpo/sandbox/forkserver.py|tests/test_mut_sandbox_worker_on_cpu.py"
+  [sandbox_watch]="mrgrpo/sandbox/watch.py|tests/test_mut_sandbox_worker_on_cpu.py"
+  [sandbox_testproc]="mrgrpo/sandbox/testproc.py|tests/test_mut_sandbox_worker_on_cpu.py"
   [reward]="mrgrpo/reward.py|tests/test_mut_reward_on_cpu.py tests/test_reward_score.py tests/test_score_cli.py"
   [agent_loop]="mrgrpo/agent_loop.py|tests/test_mut_agent_loop_on_cpu.py tests/test_agent_loop_on_cpu.py"
   [advantage]="mrgrpo/advantage.py|tests/test_mut_advantage_on_cpu.py tests/test_advantage_on_cpu.py tests/test_attempt_credit_on_cpu.py"
