@@ -1003,9 +1003,9 @@ def test_a_slot_gets_one_cpu_whatever_its_test_forks():
 
 
 def test_a_trickle_of_stderr_costs_the_judge_little_cpu(monkeypatch):
-    """Finding 34.5: stderr written a byte at a time made the zygote sum its whole kept tail at every read
-    (CPU-s outside any slot's cgroup for each CPU-s of the test's own). The zygote's CPU must stay a small multiple of
-    the program's, whatever the number of reads."""
+    """Finding 34.5: stderr written a byte at a time made the fork server sum its whole kept tail at every read
+    (CPU-s outside any slot's cgroup for each CPU-s of the test's own). The fork server's CPU must stay a small
+    multiple of the program's, whatever the number of reads."""
     pool_mod.shutdown()
     monkeypatch.setattr(pool_mod, "default_workers", lambda: 1)
     code = """
@@ -1017,16 +1017,16 @@ def test_a_trickle_of_stderr_costs_the_judge_little_cpu(monkeypatch):
     print("none")
     """
     judge("print('none')", n=1)  # the slot is up
-    zygote = _zygote_pid()
-    before = _cpu_of(zygote)
+    fork_server = _fork_server_pid()
+    before = _cpu_of(fork_server)
     result = judge(code, n=1, limits=Limits(time_s=4, wall_s=30))
-    judge_cpu = _cpu_of(zygote) - before
+    judge_cpu = _cpu_of(fork_server) - before
     assert result.verdict is Verdict.AC and result.tests[0].stderr.endswith("x" * 100), result
     program_cpu = result.tests[0].time_s
     assert judge_cpu <= 2 * program_cpu + 0.2, (judge_cpu, program_cpu)
 
 
-def _zygote_pid() -> int:
+def _fork_server_pid() -> int:
     launcher = pool_mod.get_pool()._slots[0].proc.pid
     with open(f"/proc/{launcher}/task/{launcher}/children") as f:
         return int(f.read().split()[0])
