@@ -1,4 +1,4 @@
-"""GPU proof of issue 37 only: mrgrpo's reward with an injected hidden-test INFRA on a fixed share of responses.
+"""mrgrpo's reward with an injected hidden-test INFRA on a fixed share of responses (benchmarks/gpu_trainers_check.sh).
 
 `reward.custom_reward_function.path=<this file>` / `name=compute_score`. A response whose CRC32 is divisible by
 ``INJECT_EVERY`` (env ``MRGRPO_INJECT_INFRA_EVERY``, default 4: about a quarter) is scored as if the sandbox failed
