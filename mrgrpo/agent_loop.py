@@ -572,7 +572,8 @@ class PlanCodeAgentLoop(AgentLoopBase):
 
 def build_loop(cfg, server_manager, tokenizer, hf_model_type: str | None = "qwen3") -> PlanCodeAgentLoop:
     """The loop on a composed trainer config `cfg` (a DictConfig with ``mrgrpo.agent_loop``), with verl's
-    `RLHFDataset` as its dataset class: for callers that drive ``run()`` themselves (``mrgrpo.learn``, tests)."""
+    `RLHFDataset` as its dataset class: for callers that drive ``run()`` themselves (the learnability study's SFT
+    transcripts, tests)."""
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
     from verl.utils.dataset.rl_dataset import RLHFDataset
 

@@ -25,9 +25,9 @@ MUTMUT=${MUTMUT:-$(dirname "$PY")/mutmut}
 # read the sample and build rows) are left out of the apps and data_build rows: each mutant would rebuild their
 # fixtures (10-20 s) for no kill that the unit tests do not make.
 declare -A TABLE=(
-  [code_extract]="mrgrpo/code_extract.py|tests/test_mut_code_extract_on_cpu.py tests/test_reward_score.py tests/test_agent_loop_on_cpu.py tests/test_learn_transcripts_on_cpu.py"
+  [code_extract]="mrgrpo/code_extract.py|tests/test_mut_code_extract_on_cpu.py tests/test_reward_score.py tests/test_agent_loop_on_cpu.py experiments/learnability/tests/test_transcripts_on_cpu.py"
   [testset]="mrgrpo/testset.py|tests/test_mut_testset_on_cpu.py tests/test_truth_on_cpu.py tests/test_reward_score.py tests/test_agent_loop_on_cpu.py tests/test_data_build.py tests/test_dataset_on_cpu.py"
-  [first_turn]="mrgrpo/first_turn.py|tests/test_mut_first_turn_on_cpu.py tests/test_truth_on_cpu.py tests/test_dataset_on_cpu.py tests/test_agent_loop_on_cpu.py tests/test_learn_transcripts_on_cpu.py"
+  [first_turn]="mrgrpo/first_turn.py|tests/test_mut_first_turn_on_cpu.py tests/test_truth_on_cpu.py tests/test_dataset_on_cpu.py tests/test_agent_loop_on_cpu.py experiments/learnability/tests/test_transcripts_on_cpu.py"
   [data_build]="mrgrpo/data/build.py|tests/test_mut_data_build_on_cpu.py tests/test_data_build.py"
   [apps]="mrgrpo/apps.py|tests/test_mut_apps_on_cpu.py tests/test_apps_reader.py tests/test_apps_reading_on_cpu.py"
   [metrics]="mrgrpo/metrics.py|tests/test_mut_metrics_on_cpu.py tests/test_metrics_on_cpu.py tests/test_sampler_on_cpu.py tests/test_reward_score.py"

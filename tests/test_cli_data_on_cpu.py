@@ -224,9 +224,12 @@ def test_help_shows_defaults_examples_and_exit_codes(capsys):
     flat = " ".join(out.split())
     for text in ("(default: 0.1)", "(default: 1)", "48 h", "examples:", "mrgrpo data prepare --out", "130"):
         assert text in flat, text
-    for cmd in ("validate", "plans", "build", "report", "synth"):
+    for cmd in ("validate", "plans", "build", "report"):
         rc, out, _ = run([cmd, "--help"], capsys)
         assert rc == 0 and "example" in out and "--quiet" in out, cmd
+    # the synthetic problems are the learnability study's (python -m learnability synth), not a product command
+    rc, _, err = run(["synth", "--help"], capsys)
+    assert rc == 2 and "invalid choice: 'synth'" in err
 
 
 def test_the_summary_names_the_files_written_and_the_next_command(tmp_path, capsys):

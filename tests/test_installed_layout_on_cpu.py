@@ -4,6 +4,7 @@ checkout on sys.path, it composes the recipe config (hydra, pkg://), resolves th
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,10 +16,15 @@ pytest.importorskip("setuptools")
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory, repo_root):
-    """mrgrpo's wheel built from this checkout and unpacked into a site directory of its own."""
+    """mrgrpo's wheel built from this checkout's sources (a clean copy: a build/ directory left by an earlier build
+    would add its stale files to the wheel) and unpacked into a site directory of its own."""
     tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    shutil.copytree(repo_root / "mrgrpo", src / "mrgrpo", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(repo_root / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp),
-                    str(repo_root)], check=True, timeout=600, capture_output=True)
+                    str(src)], check=True, timeout=600, capture_output=True)
     (wheel,) = tmp.glob("mrgrpo-*.whl")
     site = tmp / "site"
     with zipfile.ZipFile(wheel) as zf:
@@ -37,9 +43,19 @@ def test_the_wheel_ships_the_config(installed):
     wheel, _ = installed
     names = zipfile.ZipFile(wheel).namelist()
     for name in ("mrgrpo/config/mrgrpo_trainer.yaml", "mrgrpo/config/agent_loop.yaml", "mrgrpo/config/__init__.py",
-                 "mrgrpo/assets/apps_plus_sample.jsonl"):
+                 "mrgrpo/assets/apps_plus_sample.jsonl", "mrgrpo/tiny_model.py"):  # PROFILE=tiny's model builder
         assert name in names, name
     assert not any(n.startswith(("recipe/", "tests/")) for n in names)
+
+
+def test_the_wheel_holds_the_product_only(installed):
+    """The learnability study (experiments/learnability), the tests' fakes and anything that moved out of the
+    package stay out of the wheel."""
+    wheel, _ = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    for gone in ("mrgrpo/learn/", "mrgrpo/testing/", "mrgrpo/data/synth/", "experiments/", "learnability/"):
+        assert not [n for n in names if n.startswith(gone)], gone
+    assert not [n for n in names if n.startswith("mrgrpo/") and "loop_fakes" in n]
 
 
 def test_an_installed_mrgrpo_composes_the_recipe_from_another_directory(installed, tmp_path):

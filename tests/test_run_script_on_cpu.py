@@ -70,6 +70,16 @@ def test_bad_knobs_are_rejected(repo_root, tmp_path):
         assert proc.returncode == 2 and "must be" in proc.stderr, env
 
 
+def test_the_profiles_are_the_products_only(repo_root, tmp_path):
+    """The learnability study's model is not a profile of the product's script: the study passes its own knobs
+    and overrides (experiments/learnability/run.py), and --help lists default and tiny only."""
+    proc = run_script(repo_root, tmp_path, DRY_RUN="1", PROFILE="synth")
+    assert proc.returncode == 2 and "PROFILE must be 'default' or 'tiny'" in proc.stderr
+    proc = run_script(repo_root, tmp_path, "--help")
+    (row,) = [line for line in proc.stdout.splitlines() if line.split()[:1] == ["PROFILE"]]
+    assert "default | tiny" in row and "synth" not in proc.stdout and "EXP_DIR" not in proc.stdout
+
+
 def test_script_is_valid_bash():
     assert subprocess.run(["bash", "-n", SCRIPT], cwd=os.path.dirname(os.path.dirname(__file__))).returncode == 0
 

@@ -326,13 +326,6 @@ def test_preflight_refuses_a_plan_source_outside_the_table(capsys):
     assert f"choose from {', '.join(repr(s) for s in PLAN_SOURCES)}" in capsys.readouterr().err
 
 
-def test_learn_sft_data_plan_sources_are_the_table_but_teacher():
-    from mrgrpo.learn.cli import build_parser
-
-    sub = _option(build_parser(), "command").choices["sft-data"]
-    assert tuple(_option(sub, "plan_source").choices) == tuple(s for s in PLAN_SOURCES if s != "teacher")
-
-
 def test_eval_settings_refuse_a_plan_source_outside_the_table():
     from mrgrpo.eval.run import EvalSettings
 
@@ -381,25 +374,9 @@ def test_eval_plan_source_default_is_the_recipes():
     assert _option(parser(), "plan_source").default == EvalSettings().plan_source == recipe_settings()["plan_source"]
 
 
-def test_learn_transcripts_rounds_default_is_the_recipes():
-    from mrgrpo.learn.cli import build_parser
-    from mrgrpo.learn.transcripts import LoopSettings
-
-    sub = _option(build_parser(), "command").choices["sft-data"]
-    assert _option(sub, "rounds").default is None and LoopSettings().rounds == recipe_settings()["rounds"]
-
-
-def test_learn_experiment_rounds_default_is_the_recipes():
-    from mrgrpo.learn.experiment import ExperimentOptions
-
-    assert ExperimentOptions().rounds == recipe_settings()["rounds"]
-
-
-@pytest.mark.parametrize("script, pattern", [("run_qwen3_apps.sh", r"^knob ROUNDS (\d+) "),
-                                             ("learnability.sh", r"^ROUNDS=\$\{ROUNDS:-(\d+)\}$")])
-def test_the_scripts_rounds_knob_defaults_to_the_recipes(repo_root, script, pattern):
-    text = (repo_root / "recipe/mrgrpo" / script).read_text()
-    assert int(re.search(pattern, text, re.M).group(1)) == recipe_settings()["rounds"]
+def test_the_run_scripts_rounds_knob_defaults_to_the_recipes(repo_root):
+    text = (repo_root / "recipe/mrgrpo/run_qwen3_apps.sh").read_text()
+    assert int(re.search(r"^knob ROUNDS (\d+) ", text, re.M).group(1)) == recipe_settings()["rounds"]
 
 
 def test_no_module_writes_a_rounds_default():

@@ -5,7 +5,6 @@ mrgrpo data validate [--input FILE] --out DIR
 mrgrpo data plans --out DIR --plans batch|sync|vllm
 mrgrpo data build --out DIR [--no-plans]
 mrgrpo data report --out DIR
-mrgrpo data synth --n N --seed S --out FILE.jsonl [--templates train|heldout|all]   # synthetic APPS+ records
 """
 
 from __future__ import annotations
@@ -168,8 +167,6 @@ EXAMPLES = {
     "plans": "example:\n  DASHSCOPE_API_KEY=... mrgrpo data plans --out data/apps_plus --plans sync --concurrency 16",
     "build": "example:\n  mrgrpo data build --out data/apps_plus --val-fraction 0.1 --seed 0",
     "report": "example:\n  mrgrpo data report --out data/apps_plus",
-    "synth": "example:\n  mrgrpo data synth --n 2000 --seed 0 --out synth.jsonl && "
-    "mrgrpo data prepare --input synth.jsonl --out data/synth",
 }
 
 
@@ -198,41 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_build(p, standalone=True)
     p = add("report", "write DIR/report.json and print the summary")
     _add_out(p)
-    p = add("synth", "write seeded synthetic APPS+ records (offline learnability check)")
-    p.add_argument("--n", type=number(int, 1), default=1000, help="number of records")
-    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives the same bytes")
-    p.add_argument("--out", required=True, type=Path, metavar="FILE",
-                   help="output .jsonl file (input of `mrgrpo data prepare`)")
-    p.add_argument(
-        "--templates",
-        choices=["train", "heldout", "all"],
-        default="train",
-        help="statement templates: the training ones, only the held-out ones (an evaluation file), or all",
-    )
-    p.add_argument("--quiet", action="store_true", help="accepted on every command (synth shows no progress anyway)")
     return ap
-
-
-def _synth(a) -> int:
-    from mrgrpo.data import synth
-
-    t0 = time.perf_counter()
-    try:
-        check_writable_dir(a.out.parent if str(a.out.parent) else Path("."), "directory of --out")
-        if a.out.is_dir():
-            raise UsageError(f"--out {a.out} is a directory: pass a .jsonl file name")
-        records = synth.generate(a.n, seed=a.seed, templates=a.templates)
-    except UsageError as e:
-        print(f"mrgrpo data synth: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ValueError as e:
-        print(f"mrgrpo data synth: error: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    synth.write_jsonl(records, a.out)
-    print(json.dumps(synth.summarize(records)))
-    print(f"wrote {len(records)} synthetic records (seed {a.seed}, templates {a.templates}) to {a.out} "
-          f"in {time.perf_counter() - t0:.1f}s")
-    return 0
 
 
 def _validate_opts(a) -> ValidateOptions:
@@ -340,8 +303,6 @@ def _next_command(out: Path, cmd: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if a.cmd == "synth":
-        return _synth(a)
     out: Path = a.out
     prog = f"mrgrpo data {a.cmd}"
     progress = not a.quiet and sys.stderr.isatty()

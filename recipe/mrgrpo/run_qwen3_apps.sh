@@ -16,19 +16,17 @@ knob() {
   printf -v "$name" '%s' "${!name:-$default}"
   HELP_ROWS+=("$(printf '  %-17s %-22s %s' "$name" "${4:-${default:-(empty)}}" "$3")")
 }
-knob PROFILE default "default | tiny (a tiny random Qwen3 built offline: a smoke test) | synth (the learnability model)"
+knob PROFILE default "default | tiny (a tiny random Qwen3 built offline: a smoke test)"
 knob DRY_RUN 0 "1/true/yes/on: print the environment, every override and the launch command; change nothing"
 knob CACHE_DIR "${XDG_CACHE_HOME:-$HOME/.cache}/mrgrpo" "where the prepared sample (and the tiny model) go" \
   "~/.cache/mrgrpo"
 case "$PROFILE" in
   default) P=(Qwen/Qwen3-0.6B 8 32 2048 4096 200 0.5 4 8 1e-6 20 10) ;;
   tiny)    P=("$CACHE_DIR/tiny_qwen3" 2 4 4096 512 2 0.3 2 1 1e-6 2 2) ;;
-  synth)   knob EXP_DIR "$CACHE_DIR/learn_exp" "the learnability experiment's directory (built when missing)"
-           P=("$EXP_DIR/sft_model" 8 64 768 1024 60 0.4 64 8 5e-5 -1 10) ;;
-  *) die "PROFILE must be 'default', 'tiny' or 'synth', got '$PROFILE'" ;;
+  *) die "PROFILE must be 'default' or 'tiny', got '$PROFILE'" ;;
 esac
 knob MODEL "${P[0]}" "a local HF model directory, or a hub id org/name (any Qwen3 up to 8B)"
-knob DATA_DIR "$([[ $PROFILE == synth ]] && echo "$EXP_DIR/rl")" \
+knob DATA_DIR "" \
   "holds train.parquet + val.parquet (mrgrpo data prepare); empty: the bundled APPS+ sample, prepared once"
 knob TRAIN_FILE "" "empty: \$DATA_DIR/train.parquet"
 knob VAL_FILE "" "empty: \$DATA_DIR/val.parquet"
@@ -132,8 +130,8 @@ abspath() {  # an absolute path for $1 (normalised through the nearest existing 
 # MODEL: a directory (made absolute: Ray workers do not share this cwd), else a hub id org/name.
 if [[ -d "$MODEL" ]]; then
   MODEL=$(cd "$MODEL" && pwd)
-elif [[ "$PROFILE" != default ]]; then
-  MODEL=$(abspath "$MODEL")  # tiny / synth build theirs when missing
+elif [[ "$PROFILE" == tiny ]]; then
+  MODEL=$(abspath "$MODEL")  # tiny builds its model when missing
 elif [[ "$MODEL" =~ ^(/|\./|\.\./|~) ]]; then
   need "MODEL $MODEL is a path but not a directory: point it at an HF model directory, or use a hub id like Qwen/Qwen3-0.6B"
 elif ! [[ "$MODEL" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
@@ -141,7 +139,7 @@ elif ! [[ "$MODEL" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]]
 fi
 if [[ -n "$DATA_DIR" ]]; then
   DATA_DIR=$(abspath "$DATA_DIR")
-  [[ "$PROFILE" == synth || -d "$DATA_DIR" ]] || need "DATA_DIR $DATA_DIR is not a directory: prepare it with \`mrgrpo data prepare --out $DATA_DIR\`, or leave DATA_DIR unset for the bundled sample"
+  [[ -d "$DATA_DIR" ]] || need "DATA_DIR $DATA_DIR is not a directory: prepare it with \`mrgrpo data prepare --out $DATA_DIR\`, or leave DATA_DIR unset for the bundled sample"
 fi
 [[ -z "$SYS_PROMPT_FILE" || -f "$SYS_PROMPT_FILE" ]] || need "SYS_PROMPT_FILE $SYS_PROMPT_FILE is not a file"
 [[ -z "$SYS_PROMPT_FILE" ]] || SYS_PROMPT_FILE=$(abspath "$SYS_PROMPT_FILE")
@@ -165,10 +163,6 @@ if [[ ",$LOGGER," == *,wandb,* && "${WANDB_MODE:-}" == disabled ]]; then
 fi
 
 # ---- data and model ----------------------------------------------------------------------------
-if [[ "$PROFILE" == synth && "$DRY_RUN" != 1 && ! -f "$DATA_DIR/train.parquet" ]]; then
-  echo "$ME: building the synthetic learnability data into $EXP_DIR" >&2
-  "$PYTHON" -m mrgrpo.learn experiment --out "$EXP_DIR"
-fi
 if [[ -z "$DATA_DIR" ]]; then
   DATA_DIR="$CACHE_DIR/data/apps_plus_sample"
   if [[ "$DRY_RUN" != 1 && ! -f "$DATA_DIR/train.parquet" ]]; then
@@ -197,10 +191,6 @@ if ((PY_OK)); then
   echo "$ME: $STACK" >&2
 fi
 if [[ "$DRY_RUN" != 1 ]]; then
-  if [[ "$PROFILE" == synth && ! -f "$MODEL/config.json" ]]; then
-    echo "$ME: no SFT warm start at $MODEL: running recipe/mrgrpo/sft_synth.sh" >&2
-    EXP_DIR="$EXP_DIR" SFT_MODEL="$MODEL" PYTHON="$PYTHON" bash "$SCRIPT_DIR/sft_synth.sh"
-  fi
   if [[ "$PROFILE" == tiny && ! -f "$MODEL/config.json" ]]; then
     echo "$ME: building the tiny random Qwen3 into $MODEL" >&2
     "$PYTHON" -m mrgrpo.tiny_model "$MODEL"
@@ -213,7 +203,7 @@ export PYTHONUNBUFFERED=1
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 export RAY_USAGE_STATS_ENABLED=${RAY_USAGE_STATS_ENABLED:-0}
 EXPORTED=(PYTHONPATH TOKENIZERS_PARALLELISM PYTHONUNBUFFERED RAY_AUTH_MODE RAY_USAGE_STATS_ENABLED)
-if [[ "$PROFILE" == tiny || "$PROFILE" == synth ]]; then
+if [[ "$PROFILE" == tiny ]]; then
   # Built offline, run offline (the GPU kit has no flashinfer and no network).
   export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
   export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}
@@ -274,7 +264,7 @@ ARGS=(
 )
 [[ "$RESUME" == auto || "$RESUME" == disable ]] || ARGS+=(trainer.resume_from_path="$RESUME")
 [[ -z "$SYS_PROMPT_FILE" ]] || ARGS+=(data.adjust_sys_prompt="$SYS_PROMPT_FILE")
-if [[ "$PROFILE" == tiny || "$PROFILE" == synth ]]; then
+if [[ "$PROFILE" == tiny ]]; then
   # Small models on a machine without flash-attn: sdpa, eager vLLM, no torch.compile.
   ARGS+=(
     actor_rollout_ref.model.use_remove_padding=False
@@ -296,23 +286,6 @@ if ((NO_FLASH_ATTN)); then
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa
     # log-probs in chunks (the fused kernels' torch backend) instead of verl's per-row loop without flash-attn
     actor_rollout_ref.model.use_fused_kernels=True
-  )
-fi
-if [[ "$PROFILE" == synth ]]; then
-  ARGS+=(
-    # True sampling at T=1 (no top-k / top-p cut) for training; greedy held-out pass@1 for validation.
-    actor_rollout_ref.rollout.temperature=1.0
-    actor_rollout_ref.rollout.top_k=-1
-    actor_rollout_ref.rollout.top_p=1.0
-    actor_rollout_ref.rollout.val_kwargs.temperature=0
-    actor_rollout_ref.rollout.val_kwargs.n=1
-    # Synthetic programs need milliseconds: 1 CPU-s / 2 wall-s per test (the sandbox default is 4 / 8).
-    mrgrpo.agent_loop.sandbox_time_s=1
-    mrgrpo.agent_loop.sandbox_wall_s=2
-    +reward.custom_reward_function.reward_kwargs.time_s=1
-    +reward.custom_reward_function.reward_kwargs.wall_s=2
-    actor_rollout_ref.actor.optim.lr_warmup_steps=5
-    trainer.val_before_train=True
   )
 fi
 if [[ "$PROFILE" == tiny ]]; then

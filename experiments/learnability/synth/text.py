@@ -1,4 +1,5 @@
-"""Statement templates of `mrgrpo data synth`: how a chain of steps becomes an APPS+ problem statement.
+"""Statement templates of the synthetic problems (`learnability.synth`): how a chain of steps becomes an APPS+
+problem statement.
 
 Template t (0 .. N_TEMPLATES - 1) fixes the whole wording of a problem: the opening sentence, the phrasing
 of every step (`Family.phrases[t]`), how the steps are joined and the closing sentence. The statement is

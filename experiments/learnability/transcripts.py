@@ -13,7 +13,7 @@ flows into the transcripts without a change here. ``input_ids = prompt_ids + res
 Kinds (`KINDS`):
 
 - ``plan_code``: (plan turn, with ``plan_source=self``) -> the reference solution, which passes the public tests;
-- ``fix``: (plan turn) -> a mutant of the reference (`mrgrpo.learn.mutate`) that the sandbox saw FAIL the public
+- ``fix``: (plan turn) -> a mutant of the reference (`learnability.mutate`) that the sandbox saw FAIL the public
   tests -> the feedback turn the loop builds from that real result -> the reference, which passes.
 
 The plan text is the row's ``extra_info.plan`` when it has one (teacher or family plan), else `generic_plan`.
@@ -341,7 +341,8 @@ def build_transcripts(
     from tqdm import tqdm
 
     from mrgrpo.agent_loop import parse_public_tests
-    from mrgrpo.learn.mutate import shuffled_mutants
+
+    from learnability.mutate import shuffled_mutants
 
     unknown = set(kinds) - set(KINDS)
     if unknown:
@@ -358,7 +359,7 @@ def build_transcripts(
         try:
             tests = parse_public_tests(info)
         except Exception as exc:  # a malformed row: skip it, say why
-            logger.warning("mrgrpo.learn: row %s: bad public tests: %s", info.get("source_id"), exc)
+            logger.warning("learnability: row %s: bad public tests: %s", info.get("source_id"), exc)
             report.skipped["bad_public_tests"] += 1
             continue
         usable.append((row, code, tests))

@@ -1,8 +1,9 @@
 """Curves of the learnability runs: verl's `file` logger JSONL (one line per step) -> CSV + PNG + a summary table.
 
-    python benchmarks/learning_curves.py RUNS_DIR [--out DIR] [--baseline grpo_k2] [--val-n 300]
+    python experiments/learnability/learning_curves.py RUNS_DIR [--out DIR] [--baseline grpo_k2] [--val-n 300]
 
-RUNS_DIR holds ``<run>.jsonl`` files written by recipe/mrgrpo/learnability.sh (``VERL_FILE_LOGGER_PATH``). For
+RUNS_DIR holds ``<run>.jsonl`` files written by the study's GRPO stages (``VERL_FILE_LOGGER_PATH``; the entry point
+run.py runs this as its ``table`` stage, into ``RUNS_DIR/learning_curves_output.md``). For
 each run it writes ``<run>.csv`` with the columns below (one row per logged step; empty where a step did not log
 that metric) and ``curves.png`` with held-out pass@1 per split, reward, attempts, fix rate, response length and
 step time against the step. Validation metrics are verl's ``val-core/<data_source>/acc/mean@1`` (greedy pass@1
@@ -15,7 +16,7 @@ more) and the headline table: the no-demonstration split's pass@1 after GRPO aga
 evaluated (the plateau, taken at its highest, which favours SFT: +10 points wanted) and against the SFT continuation
 control (+8 points wanted).
 The control is an SFT checkpoint too: its step (``--control-step``, else ``sft_more_eval/step`` as
-learnability.sh writes it) puts it on the SFT curve, so the plateau check reaches the last SFT step trained. With the
+the sft_more stage writes it) puts it on the SFT curve, so the plateau check reaches the last SFT step trained. With the
 step GRPO started from (``--start-step``, else ``sft_more_eval/start``) the check is also made of that checkpoint
 against the first one at 1.5x its steps or more: is the start itself at the plateau.
 
@@ -281,7 +282,7 @@ def compare(runs: dict[str, list[dict]], baseline: str, n_val: int = 300) -> str
 
 
 def _step(given: int | None, path: Path) -> int | None:
-    """A step given on the command line, else the one learnability.sh wrote to `path`, else None."""
+    """A step given on the command line, else the one the sft_more stage wrote to `path`, else None."""
     if given is None and path.is_file():
         return int(path.read_text())
     return given

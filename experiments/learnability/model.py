@@ -92,7 +92,7 @@ def build_model(tokenizer, out_dir: str | Path, size: ModelSize = ModelSize(), s
     # only the end tokens: vLLM takes sampling defaults from this file, and the run sets its own
     GenerationConfig(eos_token_id=end_of_turn, pad_token_id=tokenizer.pad_token_id,
                      bos_token_id=None).save_pretrained(str(out))
-    from mrgrpo.learn.tokenizer import save_tokenizer
+    from learnability.tokenizer import save_tokenizer
 
     save_tokenizer(tokenizer, out)
     return out, counts

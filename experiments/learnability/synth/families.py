@@ -1,4 +1,5 @@
-"""Task families of `mrgrpo data synth`: one typed operation per family, with its variants and phrasings.
+"""Task families of the synthetic problems (`learnability.synth`): one typed operation per family, with its
+variants and phrasings.
 
 A value flowing through a synthetic problem has one of three types: ``L`` (list of ints), ``I`` (int) or
 ``S`` (string of letter words separated by single spaces). A family maps one type to another; a problem

@@ -1,10 +1,10 @@
 """`TranscriptSFTDataset`: pre-tokenized agent-loop transcripts for verl 0.9.1's SFT trainer, masks exact.
 
-Wired with ``data.custom_cls.path=pkg://mrgrpo.learn.sft_dataset data.custom_cls.name=TranscriptSFTDataset``;
-verl builds it as ``cls(parquet_files=..., tokenizer=..., config=data_config, processor=..., max_samples=...)``
-(verl/trainer/sft_trainer.py, ``create_sft_dataset``). The parquet is `mrgrpo.learn.transcripts.write_parquet`'s:
-``input_ids`` and ``loss_mask`` per row, nothing is templated again, so verl's per-message re-templating (and its
-inexact Qwen3 masks) is bypassed.
+Wired with ``data.custom_cls.path=pkg://learnability.sft_dataset data.custom_cls.name=TranscriptSFTDataset``
+(``experiments/`` on ``PYTHONPATH``); verl builds it as ``cls(parquet_files=..., tokenizer=..., config=data_config,
+processor=..., max_samples=...)`` (verl/trainer/sft_trainer.py, ``create_sft_dataset``). The parquet is
+`learnability.transcripts.write_parquet`'s: ``input_ids`` and ``loss_mask`` per row, nothing is templated again, so
+verl's per-message re-templating (and its inexact Qwen3 masks) is bypassed.
 
 Mask semantics (verl/workers/utils/losses.py ``sft_loss``, no_padding): the engine's ``log_probs[i]`` is the
 log-probability of ``input_ids[i + 1]`` (labels are ``input_ids`` rolled by -1), and ``loss_mask`` is rolled by -1
@@ -59,7 +59,7 @@ class TranscriptSFTDataset(Dataset):
             missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
             if missing:
                 raise ValueError(f"TranscriptSFTDataset: {f} lacks columns {missing} (write it with "
-                                 "`python -m mrgrpo.learn sft-data`)")
+                                 "`python -m learnability sft-data`)")
             tables.append(table.select(list(REQUIRED_COLUMNS)))
         table = pa.concat_tables(tables)
         if max_samples is not None and 0 < max_samples < table.num_rows:

@@ -1,12 +1,15 @@
-"""``python -m mrgrpo.learn tokenizer|model|sft-data``: the offline learnability kit's commands.
+"""``python -m learnability tokenizer|model|sft-data|data|synth``: the learnability study's tools.
 
-    python -m mrgrpo.learn tokenizer --data outputs/apps_plus_sample --out outputs/learn/tok
-    python -m mrgrpo.learn model --tokenizer outputs/learn/tok --out outputs/learn/model0
-    python -m mrgrpo.learn sft-data --data outputs/apps_plus_sample --tokenizer outputs/learn/model0 \\
+    python -m learnability synth --n 2000 --seed 0 --out synth.jsonl   # then: mrgrpo data prepare --input synth.jsonl
+    python -m learnability tokenizer --data outputs/apps_plus_sample --out outputs/learn/tok
+    python -m learnability model --tokenizer outputs/learn/tok --out outputs/learn/model0
+    python -m learnability sft-data --data outputs/apps_plus_sample --tokenizer outputs/learn/model0 \\
         --out outputs/learn/sft
+    python -m learnability data --out EXP_DIR     # the study's data stage: all of the above for its splits
 
 ``--data`` is a prepared data dir (``train.parquet`` [+ ``val.parquet``] from ``mrgrpo data prepare``), one such
 parquet file, or an APPS+ / APPS jsonl (rows are built as ``prepare`` builds them, all into train).
+``experiments/`` must be on ``PYTHONPATH`` (``run.py`` sets it for its stages).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def _bool(value: str) -> bool:
 
 def load_rows(data: str, public_tests: int = 1) -> dict[str, list[dict]]:
     """``{"train": rows, "val": rows?}`` from a prepared dir, a parquet file or an APPS(+) jsonl."""
-    from mrgrpo.learn.transcripts import read_rows, rows_from_problems
+    from learnability.transcripts import read_rows, rows_from_problems
 
     path = Path(data)
     if path.is_dir():
@@ -58,7 +61,7 @@ def _load_tokenizer(path: str):
 
 # ------------------------------------------------------------------ commands
 def cmd_tokenizer(args) -> int:
-    from mrgrpo.learn.tokenizer import check_tokenizer, corpus_from_rows, save_tokenizer, train_tokenizer
+    from learnability.tokenizer import check_tokenizer, corpus_from_rows, save_tokenizer, train_tokenizer
 
     splits = load_rows(args.data, args.public_tests)
     rows = splits["train"]  # the validation split stays unseen, also by the tokenizer
@@ -72,7 +75,7 @@ def cmd_tokenizer(args) -> int:
 
 
 def cmd_model(args) -> int:
-    from mrgrpo.learn.model import TINY, ModelSize, build_model
+    from learnability.model import TINY, ModelSize, build_model
 
     tok = _load_tokenizer(args.tokenizer)
     size = TINY if args.tiny else ModelSize(
@@ -87,7 +90,7 @@ def cmd_model(args) -> int:
 
 
 def cmd_sft_data(args) -> int:
-    from mrgrpo.learn.transcripts import LoopSettings, build_transcripts, write_parquet
+    from learnability.transcripts import LoopSettings, build_transcripts, write_parquet
 
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     settings = LoopSettings(plan_source=args.plan_source, rounds=args.rounds, enable_thinking=args.enable_thinking,
@@ -135,7 +138,7 @@ def sft_command(out: Path, model: str, longest: int, has_val: bool) -> str:
     return " \\\n  ".join([
         "torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer",
         f"data.train_files={out}/sft_train.parquet {val}",
-        "data.custom_cls.path=pkg://mrgrpo.learn.sft_dataset data.custom_cls.name=TranscriptSFTDataset",
+        "data.custom_cls.path=pkg://learnability.sft_dataset data.custom_cls.name=TranscriptSFTDataset",
         f"data.train_batch_size=16 data.max_length={max_length} data.max_token_len_per_gpu={max(16384, max_length)}",
         f"model.path={model} optim.lr=1e-3 trainer.total_epochs=3 trainer.logger='[console]'",
         "trainer.default_local_dir=ckpt/sft checkpoint.save_contents='[model,optimizer,extra,hf_model]'",
@@ -144,10 +147,11 @@ def sft_command(out: Path, model: str, longest: int, has_val: bool) -> str:
 
 # ------------------------------------------------------------------ parser
 def build_parser() -> argparse.ArgumentParser:
-    from mrgrpo.learn.transcripts import TRANSCRIPT_PLAN_SOURCES
+    from learnability.transcripts import TRANSCRIPT_PLAN_SOURCES
 
-    p = argparse.ArgumentParser(prog="python -m mrgrpo.learn",
-                                description="Offline learnability kit: tokenizer, small random Qwen3, SFT transcripts.")
+    p = argparse.ArgumentParser(prog="python -m learnability",
+                                description="The learnability study's tools: synthetic problems, tokenizer, small "
+                                "random Qwen3, SFT transcripts, the data stage.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     t = sub.add_parser("tokenizer", help="train a byte-level BPE tokenizer with Qwen3 special tokens and template")
@@ -198,10 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--public-tests", type=int, default=1, help="jsonl input: public tests per problem")
     s.set_defaults(func=cmd_sft_data)
 
-    from mrgrpo.learn.experiment import add_parser, cmd_experiment
+    from learnability import data
+    from learnability.synth import cli as synth_cli
 
-    add_parser(sub)
-    sub.choices["experiment"].set_defaults(func=cmd_experiment)
+    data.add_parser(sub)
+    synth_cli.add_parser(sub)
     return p
 
 

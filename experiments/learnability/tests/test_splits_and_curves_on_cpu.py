@@ -1,12 +1,11 @@
-"""The learnability experiment's splits and its curves: pure functions of ids and of verl's JSONL."""
+"""The learnability study's splits and its curves: pure functions of ids and of verl's JSONL."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from mrgrpo.data.synth import generate, synth_split
-from mrgrpo.learn.experiment import VAL_SOURCES, select_records, split_of
+from learnability.data import VAL_SOURCES, select_records, split_of
+from learnability.synth import generate, synth_split
 
 
 def test_no_demonstrated_composition_reaches_sft_and_no_eval_row_reaches_training():
@@ -30,10 +29,8 @@ def test_selection_keeps_every_nodemo_record():
     assert all(r in chosen for r in nodemo) and len(chosen) == len(nodemo) + 20 + 10
 
 
-def test_learning_curves_read_verls_file_logger(repo_root, tmp_path):
-    spec = importlib.util.spec_from_file_location("learning_curves", repo_root / "benchmarks/learning_curves.py")
-    lc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lc)
+def test_learning_curves_read_verls_file_logger(tmp_path):
+    from learnability import learning_curves as lc
     lines = [{"step": 0, "data": {"val-core/synth_nodemo/acc/mean@1": 0.25}},
              {"step": 1, "data": {"critic/score/mean": 0.5, "mrgrpo/fix_rate": 0.1}},
              {"step": 2, "data": {"critic/score/mean": 0.7, "val-core/synth_nodemo/acc/mean@1": 0.5}}]
@@ -57,9 +54,10 @@ def test_rl_train_holds_every_nodemo_row_and_ratio_times_as_many_demonstrated(tm
 
     from mrgrpo.apps import Problem, read_problems
     from mrgrpo.data.build import make_row, parquet_bytes
-    from mrgrpo.data.synth import write_jsonl
     from mrgrpo.data.validate import public_tests_json
-    from mrgrpo.learn.experiment import write_splits
+
+    from learnability.data import write_splits
+    from learnability.synth import write_jsonl
 
     src = write_jsonl(generate(400, seed=7), tmp_path / "s.jsonl")
     rows = []
@@ -84,10 +82,8 @@ def _eval_summary(nodemo: float, seen: float) -> dict:
     return {"by_data_source": {"synth_nodemo": block(nodemo), "synth_seen": block(seen), "other": block(1.0)}}
 
 
-def test_learning_curves_sft_plateau_and_headline(repo_root, tmp_path):
-    spec = importlib.util.spec_from_file_location("learning_curves", repo_root / "benchmarks/learning_curves.py")
-    lc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lc)
+def test_learning_curves_sft_plateau_and_headline(tmp_path):
+    from learnability import learning_curves as lc
     for step, nodemo in ((200, 0.10), (800, 0.20), (1200, 0.21)):
         (tmp_path / f"sft_eval/step_{step}").mkdir(parents=True)
         (tmp_path / f"sft_eval/step_{step}/summary.json").write_text(json.dumps(_eval_summary(nodemo, 0.5)))
@@ -119,12 +115,10 @@ def test_learning_curves_sft_plateau_and_headline(repo_root, tmp_path):
     assert "| grpo_k2 | 35.0 | +8.0 | n/a |" in table and "step 800 of 200, 800, 1200" in table
 
 
-def test_learning_curves_put_the_control_on_the_sft_curve(repo_root, tmp_path):
+def test_learning_curves_put_the_control_on_the_sft_curve(tmp_path):
     """The control is the SFT run's last checkpoint: with its step known (sft_more_eval/step, or --control-step),
     the plateau check ends there and the control counts among the SFT checkpoints."""
-    spec = importlib.util.spec_from_file_location("learning_curves", repo_root / "benchmarks/learning_curves.py")
-    lc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lc)
+    from learnability import learning_curves as lc
     for step, nodemo in ((1000, 0.20), (1500, 0.30)):
         (tmp_path / f"sft_eval/step_{step}").mkdir(parents=True)
         (tmp_path / f"sft_eval/step_{step}/summary.json").write_text(json.dumps(_eval_summary(nodemo, 0.5)))
@@ -144,10 +138,8 @@ def test_learning_curves_put_the_control_on_the_sft_curve(repo_root, tmp_path):
     assert steps == ["1000", "1500", "3000"]
 
 
-def test_learning_curves_compare_runs_and_tell_whether_they_share_a_start(repo_root, tmp_path):
-    spec = importlib.util.spec_from_file_location("learning_curves", repo_root / "benchmarks/learning_curves.py")
-    lc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lc)
+def test_learning_curves_compare_runs_and_tell_whether_they_share_a_start(tmp_path):
+    from learnability import learning_curves as lc
 
     def run(name, first0, nodemo0, nodemo20):
         lines = [{"step": 0, "data": {"val-core/synth_nodemo/acc/mean@1": nodemo0,

@@ -1,4 +1,4 @@
-"""mrgrpo.learn transcripts and SFT dataset: the transcripts are the agent loop's exact token stream, the failed
+"""learnability transcripts and SFT dataset: the transcripts are the agent loop's exact token stream, the failed
 attempts really fail in the real sandbox, and verl 0.9.1's SFT trainer path (dataset factory, collator, sft_loss)
 trains exactly the model's own tokens."""
 
@@ -11,9 +11,10 @@ import pytest
 from mrgrpo import prompts
 from mrgrpo.apps import Problem
 from mrgrpo.code_extract import extract_code
-from mrgrpo.learn import transcripts as tr
-from mrgrpo.learn.sft_dataset import TranscriptSFTDataset
-from mrgrpo.learn.tokenizer import fixed_prompt_texts, save_tokenizer, train_tokenizer
+
+from learnability import transcripts as tr
+from learnability.sft_dataset import TranscriptSFTDataset
+from learnability.tokenizer import fixed_prompt_texts, save_tokenizer, train_tokenizer
 
 SUM = "n = int(input())\ntotal = 0\nfor i in range(1, n + 1):\n    total += i\nprint(total)\n"
 COUNT = "def count_pos(xs):\n    c = 0\n    for x in xs:\n        if x > 0:\n            c += 1\n    return c\n"
@@ -264,7 +265,7 @@ def _sft_config(parquet, tmp_path):
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         return compose("sft_trainer_engine", overrides=[
-            f"data.train_files={parquet}", "data.custom_cls.path=pkg://mrgrpo.learn.sft_dataset",
+            f"data.train_files={parquet}", "data.custom_cls.path=pkg://learnability.sft_dataset",
             "data.custom_cls.name=TranscriptSFTDataset", "data.max_length=8192", "data.max_token_len_per_gpu=8192",
             f"model.path={tmp_path}", "trainer.logger=[console]"])
 
@@ -308,7 +309,7 @@ def test_verl_sft_trainer_path_trains_exactly_the_model_tokens(tok, built, parqu
 
 
 def test_cli_help_and_sft_data_from_jsonl(tok, tmp_path, capsys):
-    from mrgrpo.learn import cli
+    from learnability import kit as cli
 
     for command in ("tokenizer", "model", "sft-data"):
         with pytest.raises(SystemExit) as exit_info:

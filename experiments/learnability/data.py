@@ -1,10 +1,10 @@
-"""The learnability experiment's CPU side: synthetic problems -> prepared parquet -> splits -> tokenizer -> SFT data.
+"""The study's data stage (CPU): synthetic problems -> prepared parquet -> splits -> tokenizer -> SFT data.
 
-``python -m mrgrpo.learn experiment --out DIR`` builds, each step skipped when its output exists (re-runs are
+``python -m learnability data --out DIR`` builds, each step skipped when its output exists (re-runs are
 cheap and resume after a kill):
 
-    DIR/synth/train_templates.jsonl   mrgrpo data synth --templates train   (n_synth records)
-    DIR/synth/heldout_templates.jsonl mrgrpo data synth --templates heldout (n_heldout records)
+    DIR/synth/train_templates.jsonl   learnability.synth, templates train   (n_synth records)
+    DIR/synth/heldout_templates.jsonl learnability.synth, templates heldout (n_heldout records)
     DIR/synth/selected.jsonl          every nodemo record, the first n_demo others, the held-out-template ones
     DIR/prepared/                     the unchanged `mrgrpo data prepare --plans none --val-fraction 0` on it
     DIR/rl/train.parquet              what GRPO trains on: nodemo (train part) + rl_demo_ratio x as many
@@ -14,17 +14,18 @@ cheap and resume after a kill):
                                       demonstration), synth_unseen_template (a statement template never trained on)
     DIR/sft_src/train.parquet         the demonstrated compositions' train part: the only rows SFT sees
     DIR/tokenizer/                    BPE trained on the RL train rows (never on validation rows)
-    DIR/sft/                          SFT transcripts in the agent loop's exact format (mrgrpo.learn.transcripts)
+    DIR/sft/                          SFT transcripts in the agent loop's exact format (learnability.transcripts)
 
-The split of a row is a pure function of its synthetic id (`mrgrpo.data.synth.synth_split`): held-out template
+The split of a row is a pure function of its synthetic id (`learnability.synth.synth_split`): held-out template
 -> synth_unseen_template; nodemo -> 30% synth_nodemo (by index) else RL train; demonstrated -> every 10th index
-synth_seen, else SFT and RL train. The model itself is built where it trains (``python -m mrgrpo.learn model``).
+synth_seen, else SFT and RL train. The model itself is built where it trains (``python -m learnability model``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -32,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mrgrpo.config import recipe_settings
+
+from learnability import python_path
 
 VAL_SOURCES = ("synth_seen", "synth_nodemo", "synth_unseen_template")
 
@@ -53,7 +56,7 @@ class ExperimentOptions:
 
 def split_of(source_id: str) -> str:
     """``sft_rl`` | ``rl`` | one of ``VAL_SOURCES`` for a synthetic record id."""
-    from mrgrpo.data.synth import synth_split
+    from learnability.synth import synth_split
 
     s = synth_split(source_id)
     if s["heldout_template"]:
@@ -65,7 +68,7 @@ def split_of(source_id: str) -> str:
 
 def _run(cmd: list[str]) -> None:
     print("+ " + " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": python_path()})
 
 
 def _mrgrpo(*args: str) -> list[str]:
@@ -73,7 +76,7 @@ def _mrgrpo(*args: str) -> list[str]:
 
 
 def select_records(train_records: list[dict], heldout_records: list[dict], n_demo: int) -> list[dict]:
-    from mrgrpo.data.synth import synth_split
+    from learnability.synth import synth_split
 
     nodemo = [r for r in train_records if synth_split(r["id"])["nodemo"]]
     demo = [r for r in train_records if not synth_split(r["id"])["nodemo"]][:n_demo]
@@ -111,7 +114,7 @@ def write_splits(prepared: Path, out: Path, n_eval: int, rl_demo_ratio: float = 
 
 
 def build(out: Path, opts: ExperimentOptions) -> dict:
-    from mrgrpo.data.synth import generate, write_jsonl
+    from learnability.synth import generate, write_jsonl
 
     out.mkdir(parents=True, exist_ok=True)
     synth = out / "synth"
@@ -130,10 +133,10 @@ def build(out: Path, opts: ExperimentOptions) -> dict:
     counts = write_splits(prepared, out, opts.n_eval, opts.rl_demo_ratio)
     print(f"splits: {json.dumps(counts)}", flush=True)
     if not (out / "tokenizer" / "tokenizer.json").is_file():
-        _run([sys.executable, "-m", "mrgrpo.learn", "tokenizer", "--data", str(out / "rl" / "train.parquet"),
+        _run([sys.executable, "-m", "learnability", "tokenizer", "--data", str(out / "rl" / "train.parquet"),
               "--out", str(out / "tokenizer"), "--vocab-size", str(opts.vocab_size)])
     if not (out / "sft" / "sft_train.parquet").is_file():
-        _run([sys.executable, "-m", "mrgrpo.learn", "sft-data", "--data", str(out / "sft_src" / "train.parquet"),
+        _run([sys.executable, "-m", "learnability", "sft-data", "--data", str(out / "sft_src" / "train.parquet"),
               "--tokenizer", str(out / "tokenizer"), "--out", str(out / "sft"), "--plan-source", opts.plan_source,
               "--rounds", str(opts.rounds), "--max-prompt-length", str(opts.max_prompt_length),
               "--max-response-length", str(opts.max_response_length), "--seed", str(opts.seed)])
@@ -144,14 +147,15 @@ def build(out: Path, opts: ExperimentOptions) -> dict:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("experiment", help="the learnability experiment's data, splits, tokenizer and SFT data",
+    p = sub.add_parser("data", help="the study's data stage: synthetic problems, splits, tokenizer and SFT data",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", required=True, help="experiment directory")
     for name, default in asdict(ExperimentOptions()).items():
         p.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
+    p.set_defaults(func=cmd_data)
 
 
-def cmd_experiment(args) -> int:
+def cmd_data(args) -> int:
     opts = ExperimentOptions(**{k: getattr(args, k) for k in asdict(ExperimentOptions())})
     build(Path(args.out), opts)
     return 0

@@ -1,4 +1,4 @@
-"""mrgrpo.learn: the byte-level BPE tokenizer with a Qwen3-style template, the small Qwen3, and the mutants."""
+"""learnability: the byte-level BPE tokenizer with a Qwen3-style template, the small Qwen3, and the mutants."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from mrgrpo.learn import tokenizer as lt
-from mrgrpo.learn.model import TINY, ModelSize, build_model, count_parameters, make_config
-from mrgrpo.learn.mutate import mutants, shuffled_mutants
+from learnability import tokenizer as lt
+from learnability.model import TINY, ModelSize, build_model, count_parameters, make_config
+from learnability.mutate import mutants, shuffled_mutants
 
 CODE = "def solve():\n    n = int(input())\n    total = 0\n    for i in range(1, n + 1):\n        total += i\n" \
        "    print(total)\n\nsolve()\n"

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from mrgrpo.data.synth import text
-from mrgrpo.data.synth.families import FAMILY, Family, Step, chains
-from mrgrpo.data.synth.split import TEMPLATE_SETS, make_id
+from learnability.synth import text
+from learnability.synth.families import FAMILY, Family, Step, chains
+from learnability.synth.split import TEMPLATE_SETS, make_id
 
 N_TESTS = 12  # the first two are the statement's examples (candidates for public tests)
 DEPTH_WEIGHTS = (4, 4, 2)  # depth 1, 2, 3

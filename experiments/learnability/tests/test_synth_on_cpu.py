@@ -1,10 +1,12 @@
-"""`mrgrpo data synth`: the APPS+ schema of the bundled sample, determinism, the mix of io modes, families and
-tests, the held-out / nodemo split rules, the quoted-literal encoding read back by `mrgrpo.apps`, and the
-records going through the unchanged `mrgrpo data prepare` with every reference accepted by the sandbox."""
+"""`learnability.synth` (``python -m learnability synth``): the APPS+ schema of the bundled sample, determinism,
+the mix of io modes, families and tests, the held-out / nodemo split rules, the quoted-literal encoding read back
+by `mrgrpo.apps`, and the records going through the unchanged `mrgrpo data prepare` with every reference accepted
+by the sandbox."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -13,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from mrgrpo.apps import Problem, read_problems
-from mrgrpo.data import synth
-from mrgrpo.data.synth import FAMILIES, HELDOUT_TEMPLATES, N_TEMPLATES, synth_split
 
-REPO = Path(__file__).resolve().parents[1]
+from learnability import python_path, synth
+from learnability.synth import FAMILIES, HELDOUT_TEMPLATES, N_TEMPLATES, synth_split
+
+REPO = Path(__file__).resolve().parents[3]
+ENV = {**os.environ, "PYTHONPATH": python_path()}  # python -m learnability
 
 
 def _shown(value, compact: bool) -> str:
@@ -58,8 +62,8 @@ def test_same_seed_same_bytes_other_seed_other_bytes():
 
 def test_cli_writes_the_generated_bytes(tmp_path):
     out = tmp_path / "s.jsonl"
-    cmd = [sys.executable, "-m", "mrgrpo", "data", "synth", "--n", "25", "--seed", "7", "--out", str(out)]
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, "-m", "learnability", "synth", "--n", "25", "--seed", "7", "--out", str(out)]
+    r = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"wrote 25 synthetic records (seed 7, templates train) to {out}" in r.stdout
     assert out.read_bytes() == synth.to_jsonl(synth.generate(25, seed=7))
@@ -117,7 +121,7 @@ def test_held_out_templates_and_split_rules():
         with pytest.raises(ValueError):
             synth_split(bad)
     # every nodemo pair is a real composition and its families also occur, demonstrated, in other chains
-    from mrgrpo.data.synth.families import chains
+    from learnability.synth.families import chains
 
     two = chains(2)
     for pair in synth.NODEMO_PAIRS:
@@ -148,8 +152,9 @@ def test_prepare_keeps_every_record_and_every_reference_passes(tmp_path):
     """40 synthetic records through the unchanged `mrgrpo data prepare`: none quarantined, no special flag,
     every reference solution AC on all its tests in the sandbox."""
     data, out = tmp_path / "synth.jsonl", tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "mrgrpo", "data", "synth", "--n", "40", "--seed", "11", "--out",
-                        str(data), "--templates", "all"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "learnability", "synth", "--n", "40", "--seed", "11", "--out",
+                        str(data), "--templates", "all"], cwd=REPO, env=ENV, capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     cmd = [sys.executable, "-m", "mrgrpo", "data", "prepare", "--input", str(data), "--out", str(out), "--plans",
            "none", "--quiet"]

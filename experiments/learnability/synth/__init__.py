@@ -1,4 +1,4 @@
-"""`mrgrpo data synth`: seeded synthetic APPS+ problems for an offline learnability check.
+"""Seeded synthetic APPS+ problems for the learnability study (``python -m learnability synth``).
 
 Each record is a small program family composition ("keep the even numbers, then add them up") stated in
 natural language, with a reference solution and 12 tests, in exactly the APPS+ schema of the bundled
@@ -16,9 +16,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from mrgrpo.data.synth.assemble import N_TESTS, Degenerate, make_record
-from mrgrpo.data.synth.families import FAMILIES, N_TEMPLATES
-from mrgrpo.data.synth.split import HELDOUT_TEMPLATES, NODEMO_PAIRS, TEMPLATE_SETS, TRAIN_TEMPLATES, synth_split
+from learnability.synth.assemble import N_TESTS, Degenerate, make_record
+from learnability.synth.families import FAMILIES, N_TEMPLATES
+from learnability.synth.split import HELDOUT_TEMPLATES, NODEMO_PAIRS, TEMPLATE_SETS, TRAIN_TEMPLATES, synth_split
 
 __all__ = [
     "FAMILIES", "HELDOUT_TEMPLATES", "NODEMO_PAIRS", "N_TEMPLATES", "N_TESTS", "TEMPLATE_SETS", "TRAIN_TEMPLATES",

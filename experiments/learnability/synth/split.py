@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from mrgrpo.data.synth.families import FAMILY, N_TEMPLATES
+from learnability.synth.families import FAMILY, N_TEMPLATES
 
 HELDOUT_TEMPLATES = frozenset({4})
 TRAIN_TEMPLATES = tuple(t for t in range(N_TEMPLATES) if t not in HELDOUT_TEMPLATES)

@@ -1,0 +1,5 @@
+"""``python -m learnability ...``: the study's tools (see `learnability.kit`)."""
+
+from learnability.kit import main
+
+raise SystemExit(main())
