@@ -34,9 +34,9 @@ from mrgrpo.cli import (
     UsageError,
     check_input_file,
     check_writable_dir,
-    map_saving,
     number,
 )
+from mrgrpo.jobs import map_saving
 from mrgrpo.sandbox import WALL_PER_CPU, ExecResult, Job, Limits, Verdict, run
 from mrgrpo.testset import LimitsOverride, TestSetError
 

@@ -136,3 +136,13 @@ def test_the_checker_finds_a_private_import_outside_the_allowed_directories(tmp_
         (tmp_path / "mrgrpo" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "mrgrpo" / rel).write_text(text)
     assert private_imports(tmp_path) == ["mrgrpo/a.py:1: from mrgrpo.b import _hidden"]
+
+
+# The command modules: only they (and the entry points) may import `mrgrpo.cli`; the library raises
+# `mrgrpo.errors.UsageError` and runs jobs through `mrgrpo.jobs`.
+COMMAND_MODULES = {"mrgrpo.__main__", "mrgrpo.cli", "mrgrpo.score_cli", "mrgrpo.data.cli", "mrgrpo.eval.cli"}
+
+
+def test_the_library_never_imports_the_command_module(repo_root):
+    users = {name for name, targets in graph(repo_root).items() if "mrgrpo.cli" in targets}
+    assert users <= COMMAND_MODULES, sorted(users - COMMAND_MODULES)

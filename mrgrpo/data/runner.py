@@ -132,7 +132,7 @@ class SandboxRunner:
     def run_many(
         self, jobs: Sequence[RefJob], progress: bool = False, on_result: OnResult | None = None
     ) -> list[RefOutcome]:
-        from mrgrpo.cli import map_saving
+        from mrgrpo.jobs import map_saving
         from mrgrpo.sandbox.pool import get_pool
 
         pool = get_pool(self.workers)  # grown to `workers` slots if asked for more than the default
