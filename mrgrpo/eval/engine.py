@@ -101,6 +101,8 @@ class _ServerBase:
                 "token_ids": list(out.token_ids),
                 "log_probs": out.log_probs,
                 "finish_reason": completion.finish_reason if completion is not None else "abort",
+                # prompt tokens vLLM served from its prefix cache (None where the engine does not report it)
+                "num_cached_tokens": getattr(result, "num_cached_tokens", None),
             })
 
 
