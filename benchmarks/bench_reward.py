@@ -395,12 +395,12 @@ def bare_runner(n: int, fork: str = "os") -> tuple[float, float]:
     `fork` is "os" (`os.fork`, with CPython's at-fork handlers) or "libc" (without, as the sandbox forks)."""
     import subprocess
 
-    from mrgrpo.sandbox import worker
+    from mrgrpo.sandbox import testproc
 
     def run(count: int) -> tuple[float, float]:
         cpu0, start = _own_cpu(), time.perf_counter()
         out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _BARE_RUNNER, str(count),
-                              json.dumps(worker._PRELOAD), fork], check=True, stdout=subprocess.PIPE, text=True).stdout
+                              json.dumps(testproc.PRELOAD), fork], check=True, stdout=subprocess.PIPE, text=True).stdout
         wall, cpu = time.perf_counter() - start, _own_cpu() - cpu0
         if out.strip() != str(count):
             raise RuntimeError(f"the bare runner echoed {out.strip()} of {count} inputs")

@@ -211,8 +211,8 @@ def test_decode_cuts_characters_not_bytes():
 def test_failure_detail_names_the_test_and_the_last_stderr_line():
     """The job's detail names the failing test, its verdict and stderr's last non-blank line (300 characters)."""
     test = runner._judge(stdio(), 0, reply(err=b"Traceback\n  x\nValueError: " + b"v" * 400 + b"\n\n", exit=1))
-    assert runner._failure_detail(test) == "test 0: RE: ValueError: " + "v" * 288
-    assert runner._failure_detail(runner._judge(stdio(), 0, reply(out=b"2\n"))) == "test 0: WA"
+    assert runner.failure_detail(test) == "test 0: RE: ValueError: " + "v" * 288
+    assert runner.failure_detail(runner._judge(stdio(), 0, reply(out=b"2\n"))) == "test 0: WA"
 
 
 # ---- _request and _plain_args

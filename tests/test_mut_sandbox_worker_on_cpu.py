@@ -386,7 +386,7 @@ def test_to_plain_nesting_limit_counts_dicts_too():
 
 
 def test_entry_point_prefers_the_solution_method():
-    """_entry_point: Solution().<name> when the class has it, else the top-level function."""
+    """entry_point: Solution().<name> when the class has it, else the top-level function."""
 
     class Solution:
         def f(self):
@@ -401,7 +401,7 @@ def test_entry_point_prefers_the_solution_method():
 
 
 def test_entry_point_missing_or_not_callable_is_a_name_error():
-    """_entry_point raises NameError naming the entry point when there is none, or it is not callable."""
+    """entry_point raises NameError naming the entry point when there is none, or it is not callable."""
     message = "^entry point 'f' is not defined \\(neither a function nor a method of class Solution\\)$"
     for namespace in ({}, {"f": 3}, {"Solution": type("Solution", (), {})}):
         with pytest.raises(NameError, match=message):

@@ -185,9 +185,6 @@ def failure_detail(test: TestResult) -> str:
     return f"{text}: {last_line[:300]}" if last_line else text
 
 
-_failure_detail = failure_detail  # its name before it was public (the agent loop's fakes use it)
-
-
 def run(job: Job) -> ExecResult:
     """Run `job` in the sandbox and return its verdict. Thread safe; blocks while all slots of this process's pool
     or of the node's admission (admission.py: at most one job per CPU on the machine, across processes) are busy."""

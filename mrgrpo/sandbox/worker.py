@@ -18,11 +18,6 @@ import sys
 
 if __package__:  # imported as mrgrpo.sandbox.worker, in the parent (tests, fakes)
     from .launcher import main
-
-    # Names this module had before the split, for code outside the sandbox: the agent loop's fakes (_entry_point),
-    # benchmarks/bench_reward.py (_PRELOAD).
-    from .testproc import PRELOAD as _PRELOAD  # noqa: F401
-    from .testproc import entry_point as _entry_point  # noqa: F401
 else:  # the worker process: this file was loaded by path
     _PACKAGE = "_mrgrpo_sandbox"
     _spec = importlib.machinery.ModuleSpec(_PACKAGE, None, is_package=True)

@@ -33,8 +33,8 @@ from mrgrpo.code_extract import extract_code
 from mrgrpo.config import TRAINER_YAML  # the recipe trainer yaml, shipped in the package
 from mrgrpo.sandbox import ExecResult, Job, Limits, TestResult, Verdict
 from mrgrpo.sandbox.compare import parse_json_value, stdout_equal, values_equal
-from mrgrpo.sandbox.runner import _failure_detail
-from mrgrpo.sandbox.worker import _entry_point  # the real sandbox's rule: Solution().<fn> first, else <fn>
+from mrgrpo.sandbox.runner import failure_detail
+from mrgrpo.sandbox.testproc import entry_point  # the real sandbox's rule: Solution().<fn> first, else <fn>
 
 # The tests' problem: read n, print n + 1; a right, a wrong (fails public test 0) and a crashing answer.
 STATEMENT = "Read n and print n + 1."
@@ -196,7 +196,7 @@ class FakeSandbox:
             test = self._test(job, compiled, index)
             tests.append(test)
             if test.verdict is not Verdict.AC and verdict is Verdict.AC:
-                verdict, detail = test.verdict, _failure_detail(test)
+                verdict, detail = test.verdict, failure_detail(test)
                 if job.stop_on_first_failure:
                     break
         passed = sum(t.verdict is Verdict.AC for t in tests)
@@ -232,7 +232,7 @@ class FakeSandbox:
                 try:
                     exec(compiled, namespace)
                     if call_mode:
-                        value = _entry_point(namespace, job.fn_name)(*copy.deepcopy(job.inputs[index]))
+                        value = entry_point(namespace, job.fn_name)(*copy.deepcopy(job.inputs[index]))
                         try:
                             value_json = json.dumps(value, allow_nan=True)
                         except (TypeError, ValueError):
