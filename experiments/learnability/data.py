@@ -56,7 +56,7 @@ VAL_SETS = ("val", "val2")
 # the training file (kept apart by index, `split_of`); the first set's unseen-template rows come from seed + 1; the
 # second set's from seeds nothing else uses. Per set: (training-template seeds, held-out-template seeds).
 SEED_OFFSETS = {"train": ((0,), ()), "val": ((0,), (1,)), "val2": ((2,), (3,))}
-VAL2_SPARE = 0.2  # extra candidates per split for the second set, so that dropped rows can be replaced
+VAL2_SPARE = 0.5  # extra candidates per split for the second set, so that dropped rows can be replaced
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
