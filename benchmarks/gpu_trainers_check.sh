@@ -10,7 +10,9 @@
 # usage: bash benchmarks/gpu_trainers_check.sh
 #   env: STEPS=3 OUT=/tmp/gpu_trainers_check PYTHON=python3; MODEL (default: the tiny profile's model; a directory with
 #   a larger model, e.g. benchmarks/random_qwen3.py --arch 0.6B, checks checkpoint and resume at that size);
-#   CLEAN=1 deletes each trainer's checkpoints once both of its runs are done (a 0.6B checkpoint is ~7 GB).
+#   CLEAN=1 deletes each trainer's checkpoints once both of its runs are done (a 0.6B checkpoint is ~7 GB);
+#   TRAINERS="true false" (the trainers to run; the check reads the other one's train_v1_*.log and resume_v1_*.log
+#   from OUT, e.g. copied there from an earlier run's record).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-3}
@@ -34,7 +36,7 @@ run() {  # run <use_v1> <steps> <log>
       data.seed=1 actor_rollout_ref.rollout.seed=1 trainer.val_before_train=false 2>&1 | tee "$log"
 }
 
-for v1 in true false; do
+for v1 in ${TRAINERS:-true false}; do
   rm -rf "$OUT/ckpt_v1_$v1"
   # A launch that fails is reported by the check below (its steps are missing); the other trainer still runs.
   run "$v1" "$STEPS" "$OUT/train_v1_$v1.log" || echo "use_v1=$v1: the training launch failed" >&2
@@ -57,6 +59,8 @@ def steps_of(log):
     return rows
 keysets, ok = {}, True
 for v1, prefix in (("true", "mrgrpo/"), ("false", "timing_s/mrgrpo/")):
+    if not (out / f"train_v1_{v1}.log").is_file() or not (out / f"resume_v1_{v1}.log").is_file():
+        print(f"use_v1={v1}: no train_v1_{v1}.log / resume_v1_{v1}.log in {out}"); ok = False; continue
     train, resume = steps_of(out / f"train_v1_{v1}.log"), steps_of(out / f"resume_v1_{v1}.log")
     got = sorted(train)
     print(f"use_v1={v1}: training steps logged {got}; resumed steps {sorted(resume)}")
@@ -79,7 +83,7 @@ for v1, prefix in (("true", "mrgrpo/"), ("false", "timing_s/mrgrpo/")):
     if hidden <= 0:
         print(f"  use_v1={v1}: the injected INFRA never showed (infra/hidden_rate 0 on every step)"); ok = False
     keysets[v1] = keys or set()
-diff = keysets["true"] ^ keysets["false"]
+diff = keysets.get("true", set()) ^ keysets.get("false", set())
 print("same mrgrpo key set on both trainers" if not diff else f"key sets differ: {sorted(diff)}")
 ok &= not diff
 print("GPU TRAINERS CHECK:", "PASS" if ok else "FAIL")
