@@ -216,10 +216,12 @@ def test_custom_sampler_must_be_a_replay_buffer(tmp_path, capsys):
     sampler.write_text("from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer\n\n"
                        "class Mine(ReplayBuffer):\n    pass\n")
     code, report, _ = run(capsys, "--override", f"trainer.v1.sampler.custom_sampler.path={sampler}",
-                          "--override", "trainer.v1.sampler.custom_sampler.name=Mine")
+                          "--override", "trainer.v1.sampler.custom_sampler.name=Mine",
+                          "--override", "trainer.use_v1=true")
     point = next(p for p in report["points"] if p["key"] == "trainer.v1.sampler.custom_sampler")
     assert point["ok"] and point["recipe"]["trainer.v1.sampler.custom_sampler.name"] == "Mine"
-    # a foreign sampler is a valid verl sampler, but the v1 trainer then has no INFRA exclusion nor dashboard
+    # a foreign sampler is a valid verl sampler, but the v1 trainer (not the recipe's) then has no INFRA exclusion nor
+    # dashboard
     assert code == 1 and report["problems"] == [p for p in report["problems"] if p.startswith("trainer.use_v1: ")]
     assert "no INFRA exclusion" in report["problems"][0]
 

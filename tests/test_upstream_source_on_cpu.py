@@ -16,7 +16,7 @@ import pytest
 from mrgrpo import upstream
 from mrgrpo.upstream import source
 
-NEO_OVERRIDES = ("--override", "trainer.use_v1=false")  # the recipe sets the manager class use_v1=false needs
+V1 = ("--override", "trainer.use_v1=true")  # TrainerV1, which the recipe does not ship (neo refuses it)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_the_installed_release_as_a_tree_passes(tree, capsys):
 
 
 def test_the_other_trainer_passes_too(tree, capsys):
-    code, report, _ = run(capsys, tree, *NEO_OVERRIDES)
+    code, report, _ = run(capsys, tree, *V1)
     assert code == 0, report["problems"]
     assert report["config_delta"]["added"][upstream.MANAGER_KEY] == upstream.MANAGER
 
@@ -112,7 +112,7 @@ def test_lost_async_is_drift(broken, capsys):
 def test_lost_code_fact_names_its_file(broken, capsys):
     edit(broken, "verl/workers/utils/padding.py", 'data["loss_mask"] = data["response_mask"]',
          'data["loss_mask"] = data["attention_mask"]')
-    code, report, _ = run(capsys, broken, *NEO_OVERRIDES)
+    code, report, _ = run(capsys, broken)
     assert code == 1
     assert any(p.startswith(f"{upstream.MANAGER_KEY}: verl/workers/utils/padding.py: no longer has loss_mask")
                for p in report["problems"]), report["problems"]
@@ -121,11 +121,11 @@ def test_lost_code_fact_names_its_file(broken, capsys):
 def test_trainer_v1_refused_is_named_with_its_line(broken, capsys):
     edit(broken, "verl/trainer/main_ppo.py", "def run_ppo(config, task_runner_class) -> None:",
          "def run_ppo(config, task_runner_class) -> None:\n    raise RuntimeError('TrainerV1 is disabled because x')")
-    code, report, _ = run(capsys, broken)
+    code, report, _ = run(capsys, broken, *V1)
     assert code == 1
     problem = next(p for p in report["problems"] if p.startswith("trainer.use_v1: "))
     assert "verl/trainer/main_ppo.py:" in problem and upstream.MANAGER in problem
-    code, report, _ = run(capsys, broken, *NEO_OVERRIDES)
+    code, report, _ = run(capsys, broken)
     assert code == 0, report["problems"]
 
 
