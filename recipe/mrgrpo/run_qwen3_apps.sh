@@ -38,6 +38,8 @@ knob MINI_BATCH "$BATCH_SIZE" "prompts per policy update (ppo_mini_batch_size); 
 knob MICRO_BATCH "${P[7]}" "sequences per GPU per forward pass (actor, log-probs)"
 knob MAX_PROMPT_LEN "${P[3]}" "tokens of the first prompt; longer problems are dropped"
 knob MAX_RESPONSE_LEN "${P[4]}" "tokens of ALL turns of a trajectory together (plan, code, feedback, retries)"
+knob PLAN_MAX_TOKENS "" "cap on the self-plan turn (PLAN_SOURCE=self), so a long plan leaves budget for code; null: none" \
+  "MAX_RESPONSE_LEN / 2"
 knob STEPS "${P[5]}" "training steps (or verl's trainer.total_epochs=30, whichever ends first)"
 knob LR "${P[9]}" "actor learning rate"
 knob SAVE_FREQ "${P[10]}" "checkpoint every N steps and at the last step (-1: never)"
@@ -95,6 +97,8 @@ for knob in GPUS_PER_NODE NNODES STEPS BATCH_SIZE MINI_BATCH MICRO_BATCH GROUP_S
   int_at_least "$knob" 1
 done
 int_at_least ROUNDS 0
+[[ -n "$PLAN_MAX_TOKENS" ]] || PLAN_MAX_TOKENS=$(( 10#$MAX_RESPONSE_LEN / 2 ))
+[[ "$PLAN_MAX_TOKENS" == null ]] || int_at_least PLAN_MAX_TOKENS 1
 int_at_least KEEP_CKPTS 0
 for knob in SAVE_FREQ TEST_FREQ; do
   [[ "${!knob}" =~ ^(-1|[1-9][0-9]*)$ ]] || die "$knob must be -1 (never) or an integer >= 1, got '${!knob}'"
@@ -250,6 +254,7 @@ ARGS=(
   actor_rollout_ref.rollout.agent.agent_loop_config_path="$CONFIG_DIR/agent_loop.yaml"
   mrgrpo.agent_loop.rounds="$ROUNDS"
   mrgrpo.agent_loop.plan_source="$PLAN_SOURCE"
+  mrgrpo.agent_loop.plan_max_tokens="$PLAN_MAX_TOKENS"
   trainer.n_gpus_per_node="$GPUS_PER_NODE"
   trainer.nnodes="$NNODES"
   trainer.total_training_steps="$STEPS"
