@@ -1,16 +1,23 @@
-"""Summarise verl console logs (`trainer.logger=[console]`) into a per-step time table.
+"""Summarise verl step logs into a per-step time table.
 
-    python benchmarks/verl_step_table.py run1.log [run2.log ...] [--skip-first]
+    python benchmarks/verl_step_table.py run1.log [run2.jsonl ...] [--skip-first]
 
-verl prints one line per step: `step:N - key:value - key:value ...`. This picks the time split
-(generation, reward, old log-prob, update, weight sync, whole step), throughput, the actor's peak GPU
-memory, turns per trajectory, score, largest advantage and gradient norm, and prints one markdown table
-per log plus a mean over steps (optionally without step 1, which holds JIT and worker start-up).
+Reads verl's console log (`trainer.logger=[console]`: one line per step, `step:N - key:value - ...`) or its file
+logger's JSON lines (`{"step": N, "data": {...}}`, `trainer.logger=[file]`). Picks the time split (generation,
+reward, old log-prob, update, weight sync, whole step), throughput, the actor's peak GPU memory, turns per
+trajectory, score, largest advantage and gradient norm, and the sandbox's share of the step, and prints one
+markdown table per log plus a mean over steps (optionally without step 1, which holds JIT and worker start-up).
+
+`sandbox_share` = the longest time one trajectory waited on the sandbox in that step (the mrgrpo dashboard's
+`sandbox/trajectory_s/max`: its public-test calls, plus its hidden tests when the reward scored them during the
+rollout) / `timing_s/step`. The rollout lasts as long as its slowest trajectory, so this bounds the share of the
+step spent waiting on the sandbox from above (the trajectory that waited longest need not be the slowest one).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 from pathlib import Path
@@ -30,7 +37,10 @@ COLUMNS = {
     "adv_max": "critic/advantages/max",
     "grad_norm": "actor/grad_norm",
     "resp_len": "response_length/mean",
+    "sandbox_share": "sandbox_share",
 }
+# The dashboard's name on each trainer: use_v1=false logs it under timing_s/ (docs/metrics.md, "Routes").
+_SANDBOX_WAIT = ("mrgrpo/sandbox/trajectory_s/max", "timing_s/mrgrpo/sandbox/trajectory_s/max")
 _STEP_RE = re.compile(r"step:(\d+) - (.*)")
 _NP_WRAPPED = re.compile(r"^np\.\w+\((.*)\)$")
 
@@ -52,6 +62,31 @@ def parse_steps(text: str) -> dict[int, dict[str, float]]:
             except ValueError:
                 continue
         steps[int(m.group(1))] = metrics
+    return steps
+
+
+def parse_jsonl(text: str) -> dict[int, dict[str, float]]:
+    """verl's file logger: one `{"step": N, "data": {key: value}}` per line; non-numbers are left out."""
+    steps: dict[int, dict[str, float]] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            n, data = int(row["step"]), row["data"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"line {lineno}: not a verl file-logger row ({e!r})") from None
+        steps[n] = {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return steps
+
+
+def with_derived(steps: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
+    """Adds `sandbox_share` to each step that logged both the sandbox wait and the step time."""
+    for metrics in steps.values():
+        wait = next((metrics[k] for k in _SANDBOX_WAIT if k in metrics), None)
+        step = metrics.get("timing_s/step")
+        if wait is not None and step:
+            metrics["sandbox_share"] = wait / step
     return steps
 
 
@@ -77,9 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-first", action="store_true", help="leave the first step out of the mean")
     args = parser.parse_args(argv)
     for log in args.logs:
-        steps = parse_steps(log.read_text(errors="replace"))
+        text = log.read_text(errors="replace")
+        steps = with_derived(parse_jsonl(text) if log.suffix == ".jsonl" else parse_steps(text))
         print(f"\n### {log.name}: {len(steps)} steps\n")
-        print(table(steps, args.skip_first) if steps else "(no `step:N - ...` lines)")
+        print(table(steps, args.skip_first) if steps else "(no steps)")
     return 0
 
 
