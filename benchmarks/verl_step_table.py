@@ -1,6 +1,6 @@
 """Summarise verl step logs into a per-step time table.
 
-    python benchmarks/verl_step_table.py run1.log [run2.jsonl ...] [--skip-first]
+    python benchmarks/verl_step_table.py run1.log [run2.jsonl ...] [--skip-first] [--trajectories N]
 
 Reads verl's console log (`trainer.logger=[console]`: one line per step, `step:N - key:value - ...`) or its file
 logger's JSON lines (`{"step": N, "data": {...}}`, `trainer.logger=[file]`). Picks the time split (generation,
@@ -12,6 +12,9 @@ markdown table per log plus a mean over steps (optionally without step 1, which 
 `sandbox/trajectory_s/max`: its public-test calls, plus its hidden tests when the reward scored them during the
 rollout) / `timing_s/step`. The rollout lasts as long as its slowest trajectory, so this bounds the share of the
 step spent waiting on the sandbox from above (the trajectory that waited longest need not be the slowest one).
+`gen_s/1k_tok` (with `--trajectories N`, the step's trajectory count: batch x group) = generation seconds per 1,000
+tokens the model generated (the dashboard's `tokens/model/mean` x N; feedback and plan tokens the loop injected
+are not counted): the rollout's cost per generated token, comparable across K.
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ COLUMNS = {
     "grad_norm": "actor/grad_norm",
     "resp_len": "response_length/mean",
     "sandbox_share": "sandbox_share",
+    "gen_s/1k_tok": "gen_s_per_1k_model_tokens",
 }
 # The dashboard's name on each trainer: use_v1=false logs it under timing_s/ (docs/metrics.md, "Routes").
 _SANDBOX_WAIT = ("mrgrpo/sandbox/trajectory_s/max", "timing_s/mrgrpo/sandbox/trajectory_s/max")
+_MODEL_TOKENS = ("mrgrpo/tokens/model/mean", "timing_s/mrgrpo/tokens/model/mean")
 _STEP_RE = re.compile(r"step:(\d+) - (.*)")
 _NP_WRAPPED = re.compile(r"^np\.\w+\((.*)\)$")
 
@@ -80,13 +85,17 @@ def parse_jsonl(text: str) -> dict[int, dict[str, float]]:
     return steps
 
 
-def with_derived(steps: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
-    """Adds `sandbox_share` to each step that logged both the sandbox wait and the step time."""
+def with_derived(steps: dict[int, dict[str, float]], trajectories: int | None = None) -> dict[int, dict[str, float]]:
+    """Adds `sandbox_share` to each step that logged the sandbox wait and the step time, and, given the step's
+    trajectory count, `gen_s_per_1k_model_tokens` to each that logged generation time and model tokens."""
     for metrics in steps.values():
         wait = next((metrics[k] for k in _SANDBOX_WAIT if k in metrics), None)
         step = metrics.get("timing_s/step")
         if wait is not None and step:
             metrics["sandbox_share"] = wait / step
+        tokens = next((metrics[k] for k in _MODEL_TOKENS if k in metrics), None)
+        if trajectories and tokens and "timing_s/gen" in metrics:
+            metrics["gen_s_per_1k_model_tokens"] = metrics["timing_s/gen"] / (tokens * trajectories) * 1000
     return steps
 
 
@@ -110,10 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--skip-first", action="store_true", help="leave the first step out of the mean")
+    parser.add_argument("--trajectories", type=int, default=None,
+                        help="trajectories per step (batch x group): adds gen_s/1k_tok")
     args = parser.parse_args(argv)
     for log in args.logs:
         text = log.read_text(errors="replace")
-        steps = with_derived(parse_jsonl(text) if log.suffix == ".jsonl" else parse_steps(text))
+        steps = with_derived(parse_jsonl(text) if log.suffix == ".jsonl" else parse_steps(text), args.trajectories)
         print(f"\n### {log.name}: {len(steps)} steps\n")
         print(table(steps, args.skip_first) if steps else "(no steps)")
     return 0
