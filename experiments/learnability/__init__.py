@@ -1,8 +1,9 @@
 """The learnability study: does the recipe teach what SFT cannot? Not part of the installed package.
 
-A small Qwen3-architecture model is trained from scratch on synthetic APPS+-style problems: SFT to its plateau,
-then GRPO with the unchanged recipe (``recipe/mrgrpo/run_qwen3_apps.sh``) against an SFT control given the same
-time. ``python experiments/learnability/run.py --help`` runs it, stage by stage (README.md beside this file).
+A small Qwen3-architecture model is trained from scratch on synthetic APPS+-style problems: SFT to its plateau (found
+by a stated rule), then GRPO with the unchanged recipe (``recipe/mrgrpo/run_qwen3_apps.sh``) against an SFT control
+given the same time, for several seeds. ``python experiments/learnability/run.py --help`` runs it, stage by stage
+(README.md beside this file).
 
 - `learnability.synth`: seeded synthetic APPS+ problems, split by their ids.
 - `learnability.data`: the data stage: problems -> prepared parquet -> splits -> tokenizer -> SFT transcripts.
@@ -14,7 +15,10 @@ time. ``python experiments/learnability/run.py --help`` runs it, stage by stage 
 - `learnability.sft_dataset`: serves those transcripts to verl's SFT trainer (``data.custom_cls``).
 - `learnability.kit`: their commands, ``python -m learnability tokenizer|model|sft-data|data|synth``.
 - `learnability.stages`, `learnability.orchestrate`, `learnability.run`: the study's stages and its entry point.
-- `learnability.learning_curves`: verl's step logs and the evaluations -> CSV, PNG and the headline table.
+- `learnability.plateau`: the rule that says when SFT has reached its plateau.
+- `learnability.sft_run`: verl's SFT trainer in chunks of one run, or for a time budget (the control).
+- `learnability.seeds_table`: the table over seeds, with paired confidence intervals, and whether the targets hold.
+- `learnability.learning_curves`: verl's step logs and the evaluations -> CSV, PNG and one run's headline table.
 
 It uses mrgrpo through public names only; ``python -m learnability`` needs ``experiments/`` on ``PYTHONPATH``
 (the entry point sets it for every stage).

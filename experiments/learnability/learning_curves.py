@@ -2,21 +2,23 @@
 
     python experiments/learnability/learning_curves.py RUNS_DIR [--out DIR] [--baseline grpo_k2] [--val-n 300]
 
-RUNS_DIR holds ``<run>.jsonl`` files written by the study's GRPO stages (``VERL_FILE_LOGGER_PATH``; the entry point
-run.py runs this as its ``table`` stage, into ``RUNS_DIR/learning_curves_output.md``). For
-each run it writes ``<run>.csv`` with the columns below (one row per logged step; empty where a step did not log
-that metric) and ``curves.png`` with held-out pass@1 per split, reward, attempts, fix rate, response length and
-step time against the step. Validation metrics are verl's ``val-core/<data_source>/acc/mean@1`` (greedy pass@1
-on that split) and ``val-aux/<data_source>/...``.
+RUNS_DIR holds ``<run>.jsonl`` files written by the study's GRPO stages (``VERL_FILE_LOGGER_PATH``): one seed's folder
+of the entry point run.py (OUT_DIR/seed_N, whose curves its ``table`` stage draws with these functions through
+`learnability.seeds_table`), or the folder of an earlier run (docs/results/learning/). For each run it writes
+``<run>.csv`` with the columns below (one row per logged step; empty where a step did not log that metric) and
+``curves.png`` with held-out pass@1 per split, reward, attempts, fix rate, response length and step time against the
+step. Validation metrics are verl's ``val-core/<data_source>/acc/mean@1`` (greedy pass@1 on that split) and
+``val-aux/<data_source>/...``.
 
-The SFT side (stages sft_eval and sft_more): ``sft_eval/step_N/summary.json`` and ``sft_more_eval/summary.json``
-(`mrgrpo eval`, greedy pass@1 per split) become ``sft_eval.csv``, the plateau check (pass@1 of the last checkpoint
-within 2 points of the latest checkpoint at or before 2/3 of its steps, i.e. flat over a further 50% of steps or
-more) and the headline table: the no-demonstration split's pass@1 after GRPO against the best SFT checkpoint
-evaluated (the plateau, taken at its highest, which favours SFT: +10 points wanted) and against the SFT continuation
-control (+8 points wanted).
+The SFT side: ``sft_eval/step_N/summary.json`` (the checkpoints' evaluations) and, in earlier runs' folders,
+``sft_more_eval/summary.json`` (the control) (`mrgrpo eval`, greedy pass@1 per split) become ``sft_eval.csv``, a
+plateau check of the curve (pass@1 of the last checkpoint within 2 points of the latest checkpoint at or before 2/3 of
+its steps, i.e. flat over a further 50% of steps or more; the study's stopping rule is `learnability.plateau`'s) and
+the headline table: the no-demonstration split's pass@1 after GRPO against the best SFT checkpoint evaluated (the
+plateau, taken at its highest, which favours SFT: +10 points wanted) and against the SFT continuation control (+8
+points wanted).
 The control is an SFT checkpoint too: its step (``--control-step``, else ``sft_more_eval/step`` as
-the sft_more stage writes it) puts it on the SFT curve, so the plateau check reaches the last SFT step trained. With the
+earlier runs wrote it) puts it on the SFT curve, so the plateau check reaches the last SFT step trained. With the
 step GRPO started from (``--start-step``, else ``sft_more_eval/start``) the check is also made of that checkpoint
 against the first one at 1.5x its steps or more: is the start itself at the plateau.
 
