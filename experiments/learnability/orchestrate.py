@@ -206,11 +206,17 @@ class Study:
         s, d = self.s, self.s.seed_dir(run.seed)
         share = self.shares.rl.get(run)
         log = d.root / f"{run.name}.log"
+        if not st.plateau_done(d):
+            self.stamp(f"seed {run.seed}: {run.name} FAILED: no plateau model yet ({d.plateau_json})")
+            return False
         shutil.rmtree(d.grpo_ckpt(run), ignore_errors=True)  # so that its last step's checkpoint is this run's
-        if run == st.headline(s, run.seed):  # what was evaluated of an earlier run is stale
+        if run == st.headline(s, run.seed):  # an earlier run's evaluations, and the control it timed, are stale
             shutil.rmtree(d.grpo_model, ignore_errors=True)
-            for heldout in st.HELDOUT:
-                shutil.rmtree(d.evaluation("grpo", heldout), ignore_errors=True)
+            shutil.rmtree(d.control_ckpt, ignore_errors=True)
+            d.control_json.unlink(missing_ok=True)
+            for model in ("grpo", "control"):
+                for heldout in st.HELDOUT:
+                    shutil.rmtree(d.evaluation(model, heldout), ignore_errors=True)
         for attempt in (1, 2):
             where = (f" (vLLM share {share})" if share else "") + (
                 f" on GPU {s.gpu(run.seed)}" if s.gpu(run.seed) is not None else "")

@@ -1,7 +1,7 @@
 """The study's table over seeds: GRPO against SFT's plateau and against the equal-time SFT control, on both held-out
 sets, with paired 95% confidence intervals, and whether the targets hold.
 
-    python experiments/learnability/seeds_table.py OUT_DIR [--control-target 8] [--start-target 10]
+    python experiments/learnability/seeds_table.py OUT_DIR [--seeds 1,2,3] [--control-target 8] [--start-target 10]
 
 OUT_DIR holds the ``seed_N/`` folders that run.py writes (`learnability.stages.SeedDir`): each seed's plateau decision
 (``plateau.json``) and ``mrgrpo eval``'s per-problem records (``per_problem.csv``) of its three models, the plateau
@@ -348,12 +348,15 @@ def curves(seed_root: Path, seed: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path, help="the study's OUT_DIR, with its seed_N/ folders")
+    ap.add_argument("--seeds", default=None, help="comma-separated: the seeds of the table (default: every seed_N/)")
     ap.add_argument("--control-target", type=float, default=8, help="points over the control (default: 8)")
     ap.add_argument("--start-target", type=float, default=10, help="points over the start (default: 10)")
     args = ap.parse_args(argv)
-    found = seeds_in(args.out_dir)
-    if not found:
-        raise SystemExit(f"no seed_N/ folder in {args.out_dir}")
+    found = seeds_in(args.out_dir) if args.seeds is None else [int(x) for x in args.seeds.split(",")]
+    missing = [n for n in found if not (args.out_dir / f"seed_{n}").is_dir()]
+    if not found or missing:
+        raise SystemExit(f"no seed_N/ folder in {args.out_dir}" if not found else
+                         f"no folder for seed(s) {', '.join(map(str, missing))} in {args.out_dir}")
     seeds = [read_seed(args.out_dir / f"seed_{n}", n) for n in found]
     rows = table(seeds)
     text = markdown(rows, seeds, targets(rows, seeds, args.control_target / 100, args.start_target / 100))

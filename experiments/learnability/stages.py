@@ -483,4 +483,5 @@ def eval_command(s: Settings, seed: int, model: Path, heldout: str, out: Path, g
 
 
 def table_command(s: Settings) -> Command:
-    return Command((s.python, str(SEEDS_TABLE), str(s.out_dir)), _env(s), s.env)
+    return Command((s.python, str(SEEDS_TABLE), str(s.out_dir), "--seeds", ",".join(map(str, s.seeds))), _env(s),
+                   s.env)

@@ -264,7 +264,8 @@ def test_dry_run_prints_every_stage_for_every_seed_and_writes_and_starts_nothing
     assert sum("learnability.sft_run" in a for a in commands) == 6  # a chunk and the control, per seed
     assert sum(a[:2] == ["bash", str(repo_root / "recipe/mrgrpo/run_qwen3_apps.sh")] for a in commands) == 6
     assert sum(a[1:3] == ["-m", "verl.trainer.main_ppo"] for a in commands) == 6
-    assert commands[-1][1:] == [str(repo_root / "experiments/learnability/seeds_table.py"), str(exp / "runs")]
+    assert commands[-1][1:] == [str(repo_root / "experiments/learnability/seeds_table.py"), str(exp / "runs"),
+                                "--seeds", "1,2,3"]
     assert set(tmp_path.rglob("*")) - set(before) <= {calls}
     ran = calls.read_text().splitlines() if calls.exists() else []
     assert not [c for c in ran if c.startswith(("-m learnability", "-m verl", "-m mrgrpo eval", "--standalone"))], ran
@@ -560,6 +561,25 @@ def test_a_failed_evaluation_is_tried_once_more(repo_root, tmp_path):
     assert proc.returncode == 0, proc.stderr + stages
     assert calls.count("eval seed_1/eval/grpo_val2 val2.parquet") == 2 and "eval grpo_val2 failed" in stages
     assert (out / "seed_1/eval/grpo_val2/summary.json").is_file()
+
+
+def test_a_grpo_run_started_again_clears_its_evaluations_and_the_control_it_timed(repo_root, tmp_path):
+    _ready(tmp_path, seeds=(1,))
+    args = ("--seeds", "1", "--stages", "grpo,control,eval")
+    proc, calls, stages, out = _study(repo_root, tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr + stages
+    (out / "seed_1/grpo_k2.done").unlink()
+    n = len(calls)
+    proc, calls, stages, out = _study(repo_root, tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr + stages
+    again = [c for c in calls[n:] if c.startswith(("grpo ", "control", "eval "))]
+    assert again == ["grpo grpo_k2_s1", "control seed 1 from 1000 for 25.000",
+                     *(f"eval seed_1/eval/{m}_{h} {h}.parquet" for m in ("grpo", "control") for h in ("val", "val2"))]
+
+
+def test_grpo_needs_the_plateau(repo_root, tmp_path):
+    proc, calls, stages, _ = _study(repo_root, tmp_path, "--seeds", "1", "--stages", "grpo")
+    assert proc.returncode == 1 and "grpo_k2 FAILED: no plateau model yet" in stages and calls == []
 
 
 def test_the_gpu_is_checked_first_before_any_stage_runs(repo_root, tmp_path):

@@ -189,5 +189,9 @@ def test_the_command_reads_the_seed_folders_and_writes_the_table(tmp_path, capsy
     assert {(r["heldout"], r["split"], r["seed"]) for r in rows} >= {("val", t.NODEMO, "mean"),
                                                                     ("val2", t.UNSEEN, "2")}
     assert (tmp_path / "seed_1/curves.png").is_file() and (tmp_path / "seed_2/grpo_k2.csv").is_file()
+    assert t.main([str(tmp_path), "--seeds", "1"]) == 0  # the seeds asked for, not every folder
+    assert "| mean of 1 |" in (tmp_path / "seeds_table.md").read_text()
+    with pytest.raises(SystemExit, match="no folder for seed"):
+        t.main([str(tmp_path), "--seeds", "1,5"])
     # per_problem.csv is read per problem: pass = the mean acc of its samples
     assert t.read_records(tmp_path / "seed_1/eval/grpo_val2/per_problem.csv")[t.NODEMO]
