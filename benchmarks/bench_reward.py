@@ -60,7 +60,7 @@ HACK_CALL = _FIND + textwrap.dedent("""
         def {fn}(self, *args):
             return {fn}(*args)
 """)
-# Known data errors of the sample (see tests/test_sandbox_canonical.py).
+# Known data errors of the sample (see tests/sandbox/test_sandbox_canonical.py).
 EXCLUDE = {"apps_plus_sample:93"}
 
 

@@ -13,8 +13,8 @@ autogroup's CPU share), then, with them running:
    that spins forever (TLE: its CPU time), and an honest one burning 2 CPU-s (AC: at a fifth of a CPU it needs
    about 10 s of wall, more than the 8 s backstop, which gives back the time it waited for a CPU);
    with `--control`, the same programs again with the backstop not stretched (the wall clock decides, as before);
-3. the sandbox's verdict tests (`pytest tests/test_sandbox_verdicts.py tests/test_sandbox_canonical.py
-   tests/test_sandbox_compare.py`): pass/fail counts.
+3. the sandbox's verdict tests (`pytest tests/sandbox/test_sandbox_verdicts.py
+   tests/sandbox/test_sandbox_canonical.py tests/sandbox/test_sandbox_compare.py`): pass/fail counts.
 
 Each row shows the load average when it ended. Exit status 1 if any row is not as expected.
 """
@@ -93,7 +93,7 @@ def _programs(rows: list, control: bool) -> None:
 
 
 def _pytest(rows: list) -> None:
-    files = ["tests/test_sandbox_verdicts.py", "tests/test_sandbox_canonical.py", "tests/test_sandbox_compare.py"]
+    files = [f"tests/sandbox/test_sandbox_{name}.py" for name in ("verdicts", "canonical", "compare")]
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], cwd=ROOT,
                           capture_output=True, text=True)

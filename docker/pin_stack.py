@@ -1,4 +1,4 @@
-"""Build helper for docker/Dockerfile (standard library only; also used by tests/test_docker_on_cpu.py).
+"""Build helper for docker/Dockerfile (standard library only; also used by tests/docker/test_docker_on_cpu.py).
 
     python3 docker/pin_stack.py check --expect-extra pyproject.toml:gpu --constraints /tmp/stack.txt --pin verl=0.9.1
         Fail (exit 1) unless each package the ``gpu`` extra pins (``--expect-extra``; or ``--expect NAME=VERSION``)

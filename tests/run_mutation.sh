@@ -7,11 +7,11 @@
 # MODULE is a key of the table below. The run happens in a copy of the tree under $MUTATION_DIR
 # (default /tmp/mrgrpo-mutation/MODULE), never in the working tree: mutmut writes its mutants/ folder
 # there, and other sessions' pytest runs never import a mutant. --base HEAD copies the last commit plus the
-# working tree's mutated module, pyproject.toml, tests/test_mut_*.py and $MUTATION_OVERLAY (useful while
+# working tree's mutated module, pyproject.toml, the test_mut_*.py files under tests/ and $MUTATION_OVERLAY (useful while
 # others are editing the tree);
 # the default copies the working tree (tracked and untracked, not ignored). Base settings come from
 # [tool.mutmut] in pyproject.toml; the copy's pyproject gets only_mutate and the test selection for MODULE.
-# --baseline leaves out the tests/test_mut_*.py files (the score before they were written).
+# --baseline leaves out the test_mut_*.py files (the score before they were written).
 # Prints the counts and the score (killed + timeout) / (all - skipped), writes MODULE.json next to the copy,
 # and lists the surviving mutants (`mutmut show NAME` in the copy shows the diff).
 set -euo pipefail
@@ -26,23 +26,23 @@ MUTMUT=${MUTMUT:-$(dirname "$PY")/mutmut}
 # fixtures (10-20 s) for no kill that the unit tests do not make.
 declare -A TABLE=(
   [code_extract]="mrgrpo/code_extract.py|tests/test_mut_code_extract_on_cpu.py tests/test_reward_score.py tests/test_agent_loop_on_cpu.py experiments/learnability/tests/test_transcripts_on_cpu.py"
-  [testset]="mrgrpo/testset.py|tests/test_mut_testset_on_cpu.py tests/test_truth_on_cpu.py tests/test_reward_score.py tests/test_agent_loop_on_cpu.py tests/test_data_build.py tests/test_dataset_on_cpu.py"
+  [testset]="mrgrpo/testset.py|tests/test_mut_testset_on_cpu.py tests/test_truth_on_cpu.py tests/test_reward_score.py tests/test_agent_loop_on_cpu.py tests/data/test_data_build.py tests/test_dataset_on_cpu.py"
   [first_turn]="mrgrpo/first_turn.py|tests/test_mut_first_turn_on_cpu.py tests/test_truth_on_cpu.py tests/test_dataset_on_cpu.py tests/test_agent_loop_on_cpu.py experiments/learnability/tests/test_transcripts_on_cpu.py"
-  [data_build]="mrgrpo/data/build.py|tests/test_mut_data_build_on_cpu.py tests/test_data_build.py"
+  [data_build]="mrgrpo/data/build.py|tests/data/test_mut_data_build_on_cpu.py tests/data/test_data_build.py"
   [apps]="mrgrpo/apps.py|tests/test_mut_apps_on_cpu.py tests/test_apps_reader.py tests/test_apps_reading_on_cpu.py"
   [metrics]="mrgrpo/metrics.py|tests/test_mut_metrics_on_cpu.py tests/test_metrics_on_cpu.py tests/test_sampler_on_cpu.py tests/test_reward_score.py"
   # Not measured yet (their modules were being edited when this was written; docs/testing.md, "Extending"):
-  [sandbox_compare]="mrgrpo/sandbox/compare.py|tests/test_mut_sandbox_compare_on_cpu.py tests/test_sandbox_compare.py tests/test_sandbox_verdicts.py tests/test_sandbox_honest.py"
+  [sandbox_compare]="mrgrpo/sandbox/compare.py|tests/sandbox/test_mut_sandbox_compare_on_cpu.py tests/sandbox/test_sandbox_compare.py tests/sandbox/test_sandbox_verdicts.py tests/sandbox/test_sandbox_honest.py"
   # The runner: the fast sandbox tests (~8 s). Left out: the leak, admission, canonical, isolation and
-  # hardening tests (60 s: 90 min for 513 mutants) and tests/test_sandbox_unprivileged.py (/usr/bin/python3 there
-  # cannot import mutmut: it fails on every mutant).
-  [sandbox_runner]="mrgrpo/sandbox/runner.py|tests/test_mut_sandbox_runner_on_cpu.py tests/test_sandbox_verdicts.py tests/test_sandbox_honest.py tests/test_sandbox_compare.py tests/test_sandbox_degraded.py"
+  # hardening tests (60 s: 90 min for 513 mutants) and tests/sandbox/test_sandbox_unprivileged.py
+  # (/usr/bin/python3 there cannot import mutmut: it fails on every mutant).
+  [sandbox_runner]="mrgrpo/sandbox/runner.py|tests/sandbox/test_mut_sandbox_runner_on_cpu.py tests/sandbox/test_sandbox_verdicts.py tests/sandbox/test_sandbox_honest.py tests/sandbox/test_sandbox_compare.py tests/sandbox/test_sandbox_degraded.py"
   # The worker's modules run under `python -I -S` (worker.py): a mutated copy cannot import mutmut there; only
   # in-process tests reach them. worker.py itself is only the entry point.
-  [sandbox_protocol]="mrgrpo/sandbox/protocol.py|tests/test_mut_sandbox_worker_on_cpu.py"
-  [sandbox_forkserver]="mrgrpo/sandbox/forkserver.py|tests/test_mut_sandbox_worker_on_cpu.py"
-  [sandbox_watch]="mrgrpo/sandbox/watch.py|tests/test_mut_sandbox_worker_on_cpu.py"
-  [sandbox_testproc]="mrgrpo/sandbox/testproc.py|tests/test_mut_sandbox_worker_on_cpu.py"
+  [sandbox_protocol]="mrgrpo/sandbox/protocol.py|tests/sandbox/test_mut_sandbox_worker_on_cpu.py"
+  [sandbox_forkserver]="mrgrpo/sandbox/forkserver.py|tests/sandbox/test_mut_sandbox_worker_on_cpu.py"
+  [sandbox_watch]="mrgrpo/sandbox/watch.py|tests/sandbox/test_mut_sandbox_worker_on_cpu.py"
+  [sandbox_testproc]="mrgrpo/sandbox/testproc.py|tests/sandbox/test_mut_sandbox_worker_on_cpu.py"
   [reward]="mrgrpo/reward.py|tests/test_mut_reward_on_cpu.py tests/test_reward_score.py tests/test_score_cli.py"
   [agent_loop]="mrgrpo/agent_loop.py|tests/test_mut_agent_loop_on_cpu.py tests/test_agent_loop_on_cpu.py"
   [advantage]="mrgrpo/advantage.py|tests/test_mut_advantage_on_cpu.py tests/test_advantage_on_cpu.py tests/test_attempt_credit_on_cpu.py"
@@ -71,7 +71,7 @@ done
 SOURCE=${TABLE[$MODULE]%%|*}
 TESTS=()
 for t in ${TABLE[$MODULE]#*|}; do
-  [[ $BASELINE == 1 && $t == tests/test_mut_* ]] && continue
+  [[ $BASELINE == 1 && ${t##*/} == test_mut_* ]] && continue
   [[ -f $ROOT/$t ]] && TESTS+=("$t")
 done
 
@@ -81,10 +81,10 @@ mkdir -p "$WORK"
 cd "$ROOT"
 if [[ $BASE == HEAD ]]; then
   git archive HEAD | tar -x -C "$WORK"
-  # plus, from the working tree: the mutated module, pyproject.toml, the tests/test_mut_* files and
+  # plus, from the working tree: the mutated module, pyproject.toml, the test_mut_* files under tests/ and
   # $MUTATION_OVERLAY (space-separated paths)
   overlay=("$SOURCE" pyproject.toml ${MUTATION_OVERLAY:-})
-  [[ $BASELINE == 1 ]] || overlay+=(tests/test_mut_*.py)
+  [[ $BASELINE == 1 ]] || mapfile -t -O ${#overlay[@]} overlay < <(find tests -name 'test_mut_*.py' | sort)
   for f in "${overlay[@]}"; do
     [[ -f $f ]] && mkdir -p "$WORK/$(dirname "$f")" && cp "$f" "$WORK/$f"
   done

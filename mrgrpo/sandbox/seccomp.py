@@ -2,7 +2,8 @@
 
 It denies (EPERM) the system calls that make state outliving a process, reach a node-wide counter or a file past the
 path rules, or start a program (`seccomp_instructions` lists them); a test process inherits it at fork and cannot
-remove it. `tests/test_sandbox_seccomp_on_cpu.py` runs the program on every syscall number of both architectures.
+remove it. `tests/sandbox/test_sandbox_seccomp_on_cpu.py` runs the program on every syscall number of both
+architectures.
 """
 
 from __future__ import annotations

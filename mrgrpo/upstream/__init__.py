@@ -11,7 +11,7 @@ needs); and the recipe config's delta against verl's default ``ppo_trainer``. An
 naming the point. The table is data (``POINTS``): add a row when mrgrpo starts using another verl hook.
 
 What verl *does* with our objects (the naive reward manager's call, the score on the last valid token, the plugin
-import) is exercised by the tests against the installed verl (tests/test_upstream_*_on_cpu.py), not here.
+import) is exercised by the tests against the installed verl (tests/upstream/), not here.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def _bench():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_reward.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_reward.py"
     spec = importlib.util.spec_from_file_location("bench_reward", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["bench_reward"] = module
@@ -39,7 +39,7 @@ def test_the_bare_runner_baseline_runs_each_test_and_reads_its_output():
 
 def test_the_layer_benchmark_leaves_out_the_layer_it_names_and_restores_the_switch():
     _bench()  # bench_sandbox_layers imports it
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sandbox_layers.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sandbox_layers.py"
     spec = importlib.util.spec_from_file_location("bench_sandbox_layers", path)
     layers_bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(layers_bench)

@@ -36,7 +36,7 @@ from mrgrpo.data.plans import PlanError, PlanOptions, generate_plans, make_clien
 from mrgrpo.data.validate import ValidateOptions
 from mrgrpo.prompts import plan_request_messages
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEY_ENV = "MRGRPO_TEST_KEY"
 
 

@@ -1,5 +1,5 @@
 """The sandbox package is self-contained: it imports the standard library and itself only, so it can be copied
-where an unprivileged judge reads it (tests/test_sandbox_unprivileged.py) and never pulls the rest of mrgrpo in."""
+where an unprivileged judge reads it (test_sandbox_unprivileged.py) and never pulls the rest of mrgrpo in."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import pytest
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+ (the image has 3.12)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 
 

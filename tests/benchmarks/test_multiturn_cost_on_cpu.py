@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _bench():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "multiturn_cost.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "multiturn_cost.py"
     spec = importlib.util.spec_from_file_location("multiturn_cost", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

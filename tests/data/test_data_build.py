@@ -17,7 +17,7 @@ from mrgrpo.data.build import BuildOptions
 from mrgrpo.data.runner import RefOutcome
 from mrgrpo.data.validate import ValidateOptions
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class AllPass:

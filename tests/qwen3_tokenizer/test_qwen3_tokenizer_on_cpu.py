@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-BUILD = REPO / "tests" / "qwen3_tokenizer" / "build.py"
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+BUILD = HERE / "build.py"
 
 # Qwen3's added tokens (ids 151643-151668) and whether each is "special" in its tokenizer_config.json.
 PUBLISHED_ADDED = {
@@ -112,7 +113,7 @@ def test_special_token_roles(qwen3_tokenizer, qwen3_tokenizer_dir):
     config = json.loads((qwen3_tokenizer_dir / "tokenizer_config.json").read_text())
     assert config["tokenizer_class"] == "Qwen2Tokenizer" and config["model_max_length"] == 131072
     assert config["additional_special_tokens"] == [PUBLISHED_ADDED[i][0] for i in range(151644, 151657)]
-    assert config["chat_template"] == (REPO / "tests/qwen3_tokenizer/chat_template.jinja").read_text()
+    assert config["chat_template"] == (HERE / "chat_template.jinja").read_text()
 
 
 # ------------------------------------------------------------------ published encodings

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 SYSTEM_PYTHON = "/usr/bin/python3"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("setpriv") or not os.access(SYSTEM_PYTHON, os.X_OK),

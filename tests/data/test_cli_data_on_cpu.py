@@ -18,7 +18,7 @@ import pytest
 from mrgrpo.data import store
 from mrgrpo.data.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def record(i: int, sleep_s: float = 0.0, **changes) -> dict:
