@@ -71,8 +71,10 @@ def read_run(path: Path) -> list[dict]:
         step, data = int(item["step"]), item["data"]
         row = by_step.setdefault(step, {"step": step})
         for col, key in COLUMNS.items():
-            if key in data and data[key] is not None:
-                row[col] = float(data[key])
+            # The recipe's trainer (use_v1=false) logs the mrgrpo dashboard as timing_s/mrgrpo/...
+            for name in (key, f"timing_s/{key}") if key.startswith("mrgrpo/") else (key,):
+                if data.get(name) is not None:
+                    row[col] = float(data[name])
     return [by_step[s] for s in sorted(by_step)]
 
 

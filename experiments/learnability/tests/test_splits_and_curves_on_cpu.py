@@ -29,6 +29,13 @@ def test_selection_keeps_every_nodemo_record():
     assert all(r in chosen for r in nodemo) and len(chosen) == len(nodemo) + 20 + 10
 
 
+def test_learning_curves_read_either_trainers_dashboard_names(tmp_path):
+    from learnability import learning_curves as lc
+    lines = [{"step": 1, "data": {"mrgrpo/fix_rate": 0.1}}, {"step": 2, "data": {"timing_s/mrgrpo/fix_rate": 0.2}}]
+    (tmp_path / "run.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert [r["fix_rate"] for r in lc.read_run(tmp_path / "run.jsonl")] == [0.1, 0.2]
+
+
 def test_learning_curves_read_verls_file_logger(tmp_path):
     from learnability import learning_curves as lc
     lines = [{"step": 0, "data": {"val-core/synth_nodemo/acc/mean@1": 0.25}},
