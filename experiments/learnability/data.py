@@ -160,6 +160,28 @@ def _run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": python_path()})
 
 
+class _Background:
+    """`_run` of a command on a thread, so that the stage's next steps run beside it; `wait` re-raises its error."""
+
+    def __init__(self, cmd: list[str]):
+        import threading
+
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._target, args=(cmd,), name="learnability-data", daemon=True)
+        self.thread.start()
+
+    def _target(self, cmd: list[str]) -> None:
+        try:
+            _run(cmd)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            self.error = exc
+
+    def wait(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 def _mrgrpo(*args: str) -> list[str]:
     return [sys.executable, "-m", "mrgrpo", *args]
 
@@ -256,21 +278,30 @@ def build(out: Path, opts: ExperimentOptions) -> dict:
         write_jsonl(heldout, synth / "heldout_templates.jsonl")
         write_jsonl(select_records(train, heldout, opts.n_demo), selected)
         print(f"wrote {synth}/train_templates.jsonl, heldout_templates.jsonl, selected.jsonl", flush=True)
+    # The two `prepare` runs overlap: the first (the long one) runs in the background while the second set's
+    # candidates are drawn and prepared; both share the node's sandbox slots (mrgrpo's admission).
     prepared = out / "prepared"
+    first = None
     if not (prepared / "train.parquet").is_file():
-        _run(_mrgrpo("data", "prepare", "--input", str(selected), "--out", str(prepared), "--plans", "none",
-                     "--val-fraction", "0"))
-    val2_src = synth / "val2.jsonl"
-    if not val2_src.is_file():
-        candidates = select_val2(generate(opts.n_synth, seed=seeds["val2"]["train_templates"][0], templates="train"),
-                                 generate(opts.n_heldout, seed=seeds["val2"]["heldout_templates"][0],
-                                          templates="heldout"), opts.n_eval)
-        write_jsonl(candidates, val2_src)
-        print(f"wrote {val2_src} ({len(candidates)} candidates of the second held-out set)", flush=True)
-    prepared_val2 = out / "prepared_val2"
-    if not (prepared_val2 / "train.parquet").is_file():
-        _run(_mrgrpo("data", "prepare", "--input", str(val2_src), "--out", str(prepared_val2), "--plans", "none",
-                     "--val-fraction", "0"))
+        first = _Background(_mrgrpo("data", "prepare", "--input", str(selected), "--out", str(prepared), "--plans",
+                                    "none", "--val-fraction", "0"))
+    try:
+        val2_src = synth / "val2.jsonl"
+        if not val2_src.is_file():
+            workers = 1 if first is not None else None  # beside `prepare`, one process draws them
+            candidates = select_val2(
+                generate(opts.n_synth, seed=seeds["val2"]["train_templates"][0], templates="train", workers=workers),
+                generate(opts.n_heldout, seed=seeds["val2"]["heldout_templates"][0], templates="heldout",
+                         workers=workers), opts.n_eval)
+            write_jsonl(candidates, val2_src)
+            print(f"wrote {val2_src} ({len(candidates)} candidates of the second held-out set)", flush=True)
+        prepared_val2 = out / "prepared_val2"
+        if not (prepared_val2 / "train.parquet").is_file():
+            _run(_mrgrpo("data", "prepare", "--input", str(val2_src), "--out", str(prepared_val2), "--plans", "none",
+                         "--val-fraction", "0", *(["--quiet"] if first is not None else [])))
+    finally:
+        if first is not None:
+            first.wait()
     counts = write_splits(prepared, out, opts.n_eval, opts.rl_demo_ratio, prepared_val2)
     check = counts.pop("heldout_check")
     print(f"splits: {json.dumps(counts)}", flush=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -209,11 +210,13 @@ class Transcript:
 
 
 def run_loop(tokenizer, raw_prompt: list[dict], extra_info: dict, turns: Sequence[str], sandbox: ReplaySandbox,
-             settings: LoopSettings = LoopSettings()):
-    """Drive the real `PlanCodeAgentLoop.run()` once with scripted ``turns``; return (AgentLoopOutput, server)."""
+             settings: LoopSettings = LoopSettings(), cfg=None):
+    """Drive the real `PlanCodeAgentLoop.run()` once with scripted ``turns``; return (AgentLoopOutput, server).
+    ``cfg``: ``settings.loop_config()`` made once by a caller that runs many loops (made here when None)."""
     from mrgrpo.agent_loop import build_loop
 
-    cfg = settings.loop_config()
+    if cfg is None:
+        cfg = settings.loop_config()
     server = ScriptedServer(tokenizer, turns)
     loop = build_loop(cfg, server, tokenizer, settings.hf_model_type)
     loop.judge = sandbox  # this loop's judge only: the class keeps the real sandbox
@@ -245,12 +248,14 @@ def scripted_turns(kind: str, plan: str | None, reference: str, mutant: str | No
 
 def transcript_from_loop(tokenizer, row: dict, kind: str, sandbox: ReplaySandbox, reference: str,
                          mutant: str | None = None, settings: LoopSettings = LoopSettings(),
-                         sys_prompt: str | None = None, plan_fn: Callable[[dict], str] = plan_for_row) -> Transcript:
-    """One transcript of ``kind`` for ``row``; raises `TranscriptRejected` if the loop did not end as scripted."""
+                         sys_prompt: str | None = None, plan_fn: Callable[[dict], str] = plan_for_row,
+                         cfg=None) -> Transcript:
+    """One transcript of ``kind`` for ``row``; raises `TranscriptRejected` if the loop did not end as scripted.
+    ``cfg``: as for `run_loop`."""
     raw_prompt, extra_info = _row_parts(row, settings, sys_prompt)
     plan = plan_fn(extra_info) if settings.plan_source == "self" else None
     turns = scripted_turns(kind, plan, reference, mutant)
-    out, server = run_loop(tokenizer, raw_prompt, extra_info, turns, sandbox, settings)
+    out, server = run_loop(tokenizer, raw_prompt, extra_info, turns, sandbox, settings, cfg)
     ef = out.extra_fields
     source_id = str(extra_info.get("source_id", "?"))
     if ef["stop_reason"] == "error":
@@ -330,13 +335,15 @@ def build_transcripts(
     sys_prompt: str | None = None,
     plan_fn: Callable[[dict], str] = plan_for_row,
     runner: Callable[[list], list] | None = None,
+    loop_workers: int | None = None,
 ) -> BuildReport:
     """Transcripts of ``kinds`` for every usable row.
 
     Every program the loop will test is run first in the sandbox (``runner``: a function jobs -> results, default
     `mrgrpo.sandbox.run_batch`) on exactly the job the loop submits (`mrgrpo.agent_loop.parse_public_tests`,
     ``TestSet.job``): the reference must pass; mutants are tried in a seeded order, at most ``max_mutants`` per
-    problem, until ``fixes_per_problem`` of them fail. Then the loop is run with those results replayed.
+    problem, until ``fixes_per_problem`` of them fail. Then the loop is run with those results replayed, on
+    ``loop_workers`` forked processes (default `default_loop_workers`; the transcripts do not depend on it).
     """
     from tqdm import tqdm
 
@@ -412,30 +419,93 @@ def build_transcripts(
             if not chosen[i]:
                 report.skipped["fix_no_failing_mutant"] += 1
 
-    # 3. the loop, with every result replayed
+    # 3. the loop, with every result replayed (its config made once: the same for every transcript)
+    cfg = settings.loop_config()
+    todo = [(row, code, recorded[i], chosen[i]) for i, (row, code, _) in enumerate(usable) if ref_ok[i]]
+    common = (tokenizer, kinds, settings, sys_prompt, plan_fn, cfg)
     bar = tqdm(total=len(usable), desc="transcripts", unit="row", disable=not progress)
-    for i, (row, code, _) in enumerate(usable):
+    bar.update(len(usable) - len(todo))
+    for outcomes in _loop_rows(todo, common, loop_workers):
         bar.update(1)
-        if not ref_ok[i]:
-            continue
-        sandbox = ReplaySandbox(recorded[i])
-        jobs_to_make: list[tuple[str, str | None, str]] = []
-        if "plan_code" in kinds:
-            jobs_to_make.append(("plan_code", None, ""))
-        jobs_to_make += [("fix", program, label) for program, label in chosen[i]]
-        for kind, mutant, label in jobs_to_make:
-            try:
-                t = transcript_from_loop(tokenizer, row, kind, sandbox, code, mutant, settings, sys_prompt, plan_fn)
-            except TranscriptRejected as exc:
-                report.skipped[f"{kind}_{exc.reason}"] += 1
+        for kind, t, note in outcomes:
+            if t is None:
+                report.skipped[f"{kind}_{note}"] += 1
                 continue
             if kind == "fix":
-                t.mutation = label
-                report.mutations[label.split("@")[0]] += 1
+                report.mutations[note.split("@")[0]] += 1
                 report.failed_verdicts[t.public_verdicts[0]] += 1
             report.transcripts.append(t)
     bar.close()
     return report
+
+
+LOOP_PARALLEL_MIN = 400  # rows from which build_transcripts runs the loop in worker processes by default
+_LOOP_CHUNK = 100  # rows per worker task
+_loop_state: dict[str, Any] = {}  # what forked loop workers read (set only while their pool lives)
+
+
+def _row_transcripts(item: tuple, common: tuple) -> list[tuple[str, Transcript | None, str]]:
+    """The transcripts of one row: ``(kind, transcript, mutation label)``, or ``(kind, None, reason)`` for one the
+    loop rejected."""
+    row, code, recorded, chosen = item
+    tokenizer, kinds, settings, sys_prompt, plan_fn, cfg = common
+    sandbox = ReplaySandbox(recorded)
+    jobs_to_make: list[tuple[str, str | None, str]] = []
+    if "plan_code" in kinds:
+        jobs_to_make.append(("plan_code", None, ""))
+    jobs_to_make += [("fix", program, label) for program, label in chosen]
+    outcomes: list[tuple[str, Transcript | None, str]] = []
+    for kind, mutant, label in jobs_to_make:
+        try:
+            t = transcript_from_loop(tokenizer, row, kind, sandbox, code, mutant, settings, sys_prompt, plan_fn, cfg)
+        except TranscriptRejected as exc:
+            outcomes.append((kind, None, exc.reason))
+            continue
+        if kind == "fix":
+            t.mutation = label
+        outcomes.append((kind, t, label))
+    return outcomes
+
+
+def _worker_event_loop() -> None:
+    """A forked loop worker's own event loop: one this process inherited shares its epoll instance and wake-up
+    pipe with the parent and the other workers (it is left as it is, never closed here: closing it would
+    unregister those in the parent's epoll instance too)."""
+    asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+def _loop_chunk(bounds: tuple[int, int]) -> list[list]:
+    lo, hi = bounds
+    return [_row_transcripts(item, _loop_state["common"]) for item in _loop_state["todo"][lo:hi]]
+
+
+def default_loop_workers(n_rows: int) -> int:
+    """Loop processes for ``n_rows`` rows: one per usable CPU from `LOOP_PARALLEL_MIN` rows on, else none."""
+    if n_rows < LOOP_PARALLEL_MIN:
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _loop_rows(todo: list[tuple], common: tuple, workers: int | None):
+    """`_row_transcripts` of every item of ``todo``, in order. With more than one worker the rows are shared out
+    in chunks to forked processes (each runs its own loops; results come back in order), so the transcripts are
+    the same for any number of workers."""
+    workers = default_loop_workers(len(todo)) if workers is None else workers
+    if workers <= 1 or len(todo) <= _LOOP_CHUNK:
+        for item in todo:
+            yield _row_transcripts(item, common)
+        return
+    import multiprocessing
+
+    bounds = [(lo, min(len(todo), lo + _LOOP_CHUNK)) for lo in range(0, len(todo), _LOOP_CHUNK)]
+    _loop_state.update(todo=todo, common=common)
+    try:
+        # fork: the workers share the rows, the sandbox's results and the tokenizer with this process as they are
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_event_loop) as pool:
+            for part in pool.imap(_loop_chunk, bounds):
+                yield from part
+    finally:
+        _loop_state.clear()
 
 
 def write_parquet(transcripts: Sequence[Transcript], path) -> None:

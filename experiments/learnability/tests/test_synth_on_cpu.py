@@ -60,6 +60,21 @@ def test_same_seed_same_bytes_other_seed_other_bytes():
     assert a.startswith(synth.to_jsonl(synth.generate(20, seed=3)))  # record i depends on (seed, i) only
 
 
+def test_worker_processes_draw_the_same_records_as_one(monkeypatch):
+    """generate() on worker processes (chunks of records drawn there, the repeat check here, in order) gives the
+    bytes one process gives, also when many draws repeat an earlier record (a coarse content key: the reference
+    solution, shared by many call-style problems) and are drawn again."""
+    from learnability.synth.assemble import scopes
+
+    one = synth.generate(600, seed=5, workers=1)
+    assert synth.to_jsonl(synth.generate(600, seed=5, workers=2)) == synth.to_jsonl(one)
+    assert all(r["scope"] == scopes(r["canonical_solution"]) for r in one)  # the remembered scopes are the code's
+    monkeypatch.setattr(synth, "_content_key", lambda r: r["canonical_solution"])
+    coarse = synth.generate(300, seed=5, workers=1)
+    assert len({r["canonical_solution"] for r in coarse}) == 300 and coarse != one[:300]
+    assert synth.to_jsonl(synth.generate(300, seed=5, workers=2)) == synth.to_jsonl(coarse)
+
+
 def test_cli_writes_the_generated_bytes(tmp_path):
     out = tmp_path / "s.jsonl"
     cmd = [sys.executable, "-m", "learnability", "synth", "--n", "25", "--seed", "7", "--out", str(out)]

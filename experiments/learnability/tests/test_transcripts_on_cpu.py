@@ -211,6 +211,35 @@ def test_a_mutant_that_passes_is_never_used(tok, rows):
     assert built.sandbox_runs == 2 + 2 * 3
 
 
+def test_the_loop_in_worker_processes_gives_the_same_transcripts(tok, monkeypatch):
+    """The loop step on forked worker processes (rows shared out in chunks) gives the transcripts, in the order and
+    with the counts, of one process."""
+    import dataclasses
+
+    from mrgrpo.sandbox import ExecResult, TestResult, Verdict
+
+    rows = [tr.row_from_problem(dataclasses.replace(p, source_id=f"{p.source_id}{k}"), index=len(_problems()) * k + i)
+            for k in range(3) for i, p in enumerate(_problems())]
+    references = {extract_code(tr.answer_text(r["extra_info"]["reference_solution"].strip("\n"))) for r in rows}
+
+    def judge(jobs):  # the references pass, every other program gives a wrong answer on its first test
+        out = []
+        for j in jobs:
+            ok = j.code in references
+            tests = tuple(TestResult(i, Verdict.AC, 0.0, "", "") for i in range(len(j.inputs))) if ok else (
+                TestResult(0, Verdict.WA, 0.0, "0\n", ""),)
+            out.append(ExecResult(Verdict.AC if ok else Verdict.WA, len(tests) if ok else 0, len(j.inputs), tests,
+                                  0.0, ""))
+        return out
+
+    one = tr.build_transcripts(rows, tok, runner=judge, loop_workers=1)
+    monkeypatch.setattr(tr, "_LOOP_CHUNK", 2)
+    two = tr.build_transcripts(rows, tok, runner=judge, loop_workers=2)
+    assert {t.kind for t in one.transcripts} == {"plan_code", "fix"} and len(one.transcripts) == 2 * len(rows)
+    assert [t.to_row() for t in two.transcripts] == [t.to_row() for t in one.transcripts]
+    assert two.summary() == one.summary()
+
+
 # ------------------------------------------------------------------ the SFT dataset and verl's trainer path
 @pytest.fixture(scope="module")
 def parquet(built, tmp_path_factory):
