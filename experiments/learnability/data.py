@@ -19,6 +19,9 @@ cheap and resume after a kill):
     DIR/tokenizer/                    BPE trained on the RL train rows (never on validation rows)
     DIR/sft/                          SFT transcripts in the agent loop's exact format (learnability.transcripts)
 
+The first `prepare` (the long one: every reference solution on all its tests) runs in the background while the
+second set's candidates are drawn and prepared; both take their sandbox slots from the node's one budget.
+
 The split of a row is a pure function of its synthetic id (`learnability.synth.synth_split`): held-out template
 -> synth_unseen_template; nodemo -> 30% synth_nodemo (by index) else RL train; demonstrated -> every 10th index
 synth_seen, else SFT and RL train. The model itself is built where it trains (``python -m learnability model``).
@@ -299,9 +302,12 @@ def build(out: Path, opts: ExperimentOptions) -> dict:
         if not (prepared_val2 / "train.parquet").is_file():
             _run(_mrgrpo("data", "prepare", "--input", str(val2_src), "--out", str(prepared_val2), "--plans", "none",
                          "--val-fraction", "0", *(["--quiet"] if first is not None else [])))
-    finally:
-        if first is not None:
-            first.wait()
+    except BaseException:
+        if first is not None:  # (a Ctrl-C reaches its process too) this error, not the background one, is reported
+            first.thread.join()
+        raise
+    if first is not None:
+        first.wait()
     counts = write_splits(prepared, out, opts.n_eval, opts.rl_demo_ratio, prepared_val2)
     check = counts.pop("heldout_check")
     print(f"splits: {json.dumps(counts)}", flush=True)

@@ -100,6 +100,27 @@ def test_a_tiny_data_build_writes_both_sets_none_repeating_a_training_statement(
     assert "held-out check" in capsys.readouterr().out
 
 
+def test_a_failed_prepare_beside_the_second_set_stops_the_stage(tmp_path, monkeypatch):
+    """The first `prepare` runs in the background: its failure is the stage's, after the second set is prepared."""
+    import subprocess
+
+    fake = _fake_run()
+    ran: list[str] = []
+
+    def run(cmd: list[str]) -> None:
+        out = Path(dict(zip(cmd, cmd[1:], strict=False)).get("--out", ""))
+        ran.append(out.name)
+        if out.name == "prepared":
+            raise subprocess.CalledProcessError(1, cmd)
+        fake(cmd)
+
+    monkeypatch.setattr(data, "_run", run)
+    with pytest.raises(subprocess.CalledProcessError):
+        data.build(tmp_path, TINY)
+    assert sorted(ran) == ["prepared", "prepared_val2"]  # nothing after them ran
+    assert not (tmp_path / "rl").exists() and not (tmp_path / "experiment.json").exists()
+
+
 def test_the_first_set_is_unchanged_when_nothing_is_dropped(tmp_path, monkeypatch):
     """Without duplicates the first set keeps the rows (and bytes) the stage wrote before the second set existed."""
     monkeypatch.setattr(data, "_run", _fake_run())
