@@ -44,7 +44,7 @@ declare -A TABLE=(
   [sandbox_watch]="mrgrpo/sandbox/watch.py|tests/sandbox/test_mut_sandbox_worker_on_cpu.py"
   [sandbox_testproc]="mrgrpo/sandbox/testproc.py|tests/sandbox/test_mut_sandbox_worker_on_cpu.py"
   [reward]="mrgrpo/reward.py|tests/test_mut_reward_on_cpu.py tests/test_reward_score.py tests/test_score_cli.py"
-  [agent_loop]="mrgrpo/agent_loop.py|tests/test_mut_agent_loop_on_cpu.py tests/test_agent_loop_on_cpu.py"
+  [agent_loop]="mrgrpo/agent_loop.py|tests/test_mut_agent_loop_on_cpu.py tests/test_agent_loop_on_cpu.py tests/test_agent_loop_budget_on_cpu.py"
   [advantage]="mrgrpo/advantage.py|tests/test_mut_advantage_on_cpu.py tests/test_advantage_on_cpu.py tests/test_attempt_credit_on_cpu.py"
 )
 
